@@ -1,0 +1,1 @@
+"""REST adapter (FastAPI): routes translate HTTP to domain calls and domain errors to HTTP."""

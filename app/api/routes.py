@@ -1,0 +1,103 @@
+"""REST routes: thin translations of HTTP to the domain functions (contract §10)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.core.migrations import head_revision
+from app.domain.expand import expand_neighbors
+from app.domain.reader import Reader
+from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
+from app.domain.session import run_read
+from app.domain.slice import fetch_slice
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"description": "Malformed input (blank id, bad name)"},
+    401: {"description": "Missing or invalid API key"},
+    404: {"description": "Absent or not readable (indistinguishable)"},
+    422: {"description": "A field of the wrong JSON type"},
+    503: {"description": "Database unavailable or statement timeout; see Retry-After"},
+}
+
+health = APIRouter(tags=["health"])
+search = APIRouter(prefix="/api/search", tags=["traversal"], responses=ERRORS)
+
+
+def _engine(request: Request) -> AsyncEngine:
+    engine: AsyncEngine = request.app.state.engine
+    return engine
+
+
+def _key(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return credentials.credentials if credentials else None
+
+
+@health.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Process liveness: always ``{"status": "ok"}`` while the process serves requests."""
+    return {"status": "ok"}
+
+
+@health.get("/readyz", responses={503: {"description": "Not ready"}})
+async def readyz(request: Request) -> JSONResponse:
+    """Readiness: the database answers and its schema is at the newest migration."""
+    try:
+        async with _engine(request).connect() as conn:
+            current = (
+                await conn.execute(
+                    text("/* sibyl:readyz */ SELECT version_num FROM alembic_version")
+                )
+            ).scalar()
+    except Exception:
+        return JSONResponse(
+            {"status": "unavailable", "detail": "database unreachable"},
+            status_code=503,
+            headers={"Retry-After": "2"},
+        )
+    if current != head_revision():
+        return JSONResponse(
+            {"status": "unavailable", "detail": "database schema is not at the newest migration"},
+            status_code=503,
+            headers={"Retry-After": "10"},
+        )
+    return JSONResponse({"status": "ready"})
+
+
+@search.post("/expand", response_model=ExpandResponse)
+async def expand(body: ExpandRequest, request: Request, credentials: Credentials) -> ExpandResponse:
+    """``expand_neighbors``: the authorized graph neighborhood of up to 8 seeds (contract §5).
+
+    Bounds are clamped, never rejected: depth 1-3 (default 1), limit 1-24 (default 8),
+    content_max_chars 0-50000 (default 500); the applied values come back in ``depth``,
+    ``limit`` and ``filters``. Seeds past 8 are returned in ``unresolved``. A blank seed or an
+    empty list is a 400; a field of the wrong JSON type a 422.
+    """
+
+    async def verb(conn: AsyncConnection, reader: Reader) -> ExpandResponse:
+        return await expand_neighbors(conn, reader, body, settings=request.app.state.settings)
+
+    return await run_read(_engine(request), _key(credentials), verb)
+
+
+@search.post("/slice", response_model=SliceResponse)
+async def slice_(body: SliceRequest, request: Request, credentials: Credentials) -> SliceResponse:
+    """``fetch_slice``: the window of spans of one memory, or around one span (contract §6).
+
+    window 1-64 (default 3) and content_max_chars 0-50000 (default 18000, one budget for the
+    window) are clamped. Blank ``entity_id`` → 400; absent, denied, outside ``project`` or a span
+    of an older revision → 404 ``{"detail": "Entity not found"}``. Cite ``parent_id``.
+    """
+
+    async def verb(conn: AsyncConnection, reader: Reader) -> SliceResponse:
+        return await fetch_slice(conn, reader, body)
+
+    return await run_read(_engine(request), _key(credentials), verb)

@@ -1,0 +1,252 @@
+"""The ``sibyl-pg`` command line (contract §11). Every subcommand reads ``DATABASE_URL``; without
+it the embedded PostgreSQL in the project's data folder is started and used."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from sqlalchemy import text
+
+from app.core.db import database_url, make_engine
+from app.core.errors import DomainError
+from app.core.settings import get_settings
+
+cli = typer.Typer(
+    help="sibyl-pg: relational-graph memory for AI agents, on PostgreSQL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+keys_cli = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
+cli.add_typer(keys_cli, name="keys")
+
+DEMO_READERS = ("user_typing_reader", "user_packaging_reader", "user_org_admin", "user_outsider")
+
+
+def _err(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@cli.command()
+def migrate() -> None:
+    """Bring the database to the newest migration."""
+    from app.core.migrations import upgrade
+
+    upgrade(database_url())
+    typer.echo("database is at the newest migration", err=True)
+
+
+@cli.command("import")
+def import_(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+    batch_size: Annotated[int, typer.Option(min=1, max=10_000)] = 500,
+) -> None:
+    """Bulk-import an NDJSON file (idempotent; a bad line is reported with its number)."""
+    from app.importers import ndjson
+
+    total = sum(1 for line in file.open(encoding="utf-8") if line.strip())
+    records = ndjson.read_file(file)
+    _run_import(records, total=total, batch_size=batch_size)
+
+
+@cli.command("import-peps")
+def import_peps(
+    directory: Annotated[
+        Path | None, typer.Argument(help="The PEP corpus (default: SIBYL_PEPS_DIR)")
+    ] = None,
+) -> None:
+    """Import the Python PEP corpus (../shared/data/peps) as the org ``org_python``."""
+    from app.importers import ndjson, peps
+
+    folder = directory or get_settings().peps_dir
+    if not folder.is_dir():
+        raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass DIR)")
+    started = time.monotonic()
+    records = list(peps.iter_pep_records(folder))
+    typer.echo(f"parsed {len(records)} records in {time.monotonic() - started:.1f}s", err=True)
+    _run_import(ndjson.from_dicts(records), total=len(records), batch_size=500)
+    typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
+
+
+def _run_import(records: object, *, total: int, batch_size: int) -> None:
+    from app.importers import ndjson
+
+    async def go() -> ndjson.ImportSummary:
+        engine = make_engine()
+        try:
+            return await ndjson.import_records(
+                engine,
+                records,  # type: ignore[arg-type]
+                total=total,
+                batch_size=batch_size,
+                evidence_lines=get_settings().evidence_lines,
+                show_progress=sys.stderr.isatty(),
+            )
+        finally:
+            await engine.dispose()
+
+    try:
+        summary = asyncio.run(go())
+    except ndjson.ImportError_ as exc:
+        raise _err(f"import stopped at {exc} (its batch was not written)") from None
+    typer.echo(summary.render())
+
+
+@keys_cli.command("create")
+def keys_create(
+    user: Annotated[str, typer.Option("--user", help="The user the key acts as")],
+    scopes: Annotated[str, typer.Option(help="Comma-separated: read,write,admin")] = "read",
+    projects: Annotated[
+        str | None, typer.Option(help="Comma-separated project ids the key is restricted to")
+    ] = None,
+    label: Annotated[str | None, typer.Option(help="A note to recognise the key by")] = None,
+) -> None:
+    """Mint an API key and print it, alone, on standard output (it is shown only once)."""
+    from app.domain.keys import create_key
+
+    async def go() -> str:
+        engine = make_engine()
+        try:
+            async with engine.begin() as conn:
+                _, key = await create_key(
+                    conn,
+                    user_id=user,
+                    scopes=[s.strip() for s in scopes.split(",") if s.strip()],
+                    projects=[p.strip() for p in projects.split(",")] if projects else None,
+                    label=label,
+                )
+                return key
+        finally:
+            await engine.dispose()
+
+    try:
+        typer.echo(asyncio.run(go()))
+    except DomainError as exc:
+        raise _err(exc.detail) from None
+
+
+@keys_cli.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id (key_...)")]) -> None:
+    """Revoke a key; it is refused from the next request on."""
+    from app.domain.keys import revoke_key
+
+    async def go() -> None:
+        engine = make_engine()
+        try:
+            async with engine.begin() as conn:
+                await revoke_key(conn, key_id=key_id)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(go())
+    except DomainError as exc:
+        raise _err(exc.detail) from None
+    typer.echo(f"revoked {key_id}", err=True)
+
+
+@cli.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+) -> None:
+    """Serve REST (and MCP over streamable HTTP) until interrupted."""
+    import uvicorn
+
+    from app.api.app import create_app
+
+    url = database_url()
+    os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
+    get_settings.cache_clear()
+    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+
+
+@cli.command()
+def quickstart(
+    host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    no_serve: Annotated[bool, typer.Option("--no-serve", help="Set up, then exit")] = False,
+) -> None:
+    """What ``make run`` does: migrate, import the PEP corpus into an empty database, mint one
+    key per demo reader (saved in ``.data/demo-keys.env``), then serve."""
+    from app.core.migrations import upgrade
+
+    url = database_url()
+    os.environ["DATABASE_URL"] = url
+    get_settings.cache_clear()
+    upgrade(url)
+
+    async def count() -> int:
+        engine = make_engine()
+        try:
+            async with engine.connect() as conn:
+                n = (await conn.execute(text("SELECT count(*) FROM entities"))).scalar()
+                return int(n or 0)
+        finally:
+            await engine.dispose()
+
+    if asyncio.run(count()) == 0:
+        import_peps(None)
+    else:
+        typer.echo("database already holds memories: import skipped", err=True)
+    keys_file = _demo_keys()
+    typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
+    typer.echo(keys_file.read_text())
+    if not no_serve:
+        serve(host=host, port=port)
+
+
+def _demo_keys() -> Path:
+    """Mint a read key per demo reader unless the saved ones still work; return the file."""
+    from app.domain.keys import create_key
+    from app.repo.readers import reader_by_key
+
+    path = get_settings().data_dir / "demo-keys.env"
+
+    def var(user: str) -> str:
+        return user.removeprefix("user_").upper() + "_KEY"
+
+    saved: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition("=")
+            saved[name.strip()] = value.strip()
+
+    async def go() -> dict[str, str]:
+        engine = make_engine()
+        out: dict[str, str] = {}
+        try:
+            async with engine.begin() as conn:
+                for user in DEMO_READERS:
+                    key = saved.get(var(user))
+                    if key and await reader_by_key(conn, key=key) is not None:
+                        out[var(user)] = key
+                        continue
+                    _, out[var(user)] = await create_key(
+                        conn, user_id=user, scopes=["read"], label="demo"
+                    )
+        finally:
+            await engine.dispose()
+        return out
+
+    keys = asyncio.run(go())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{name}={key}\n" for name, key in keys.items()))
+    path.chmod(0o600)
+    return path
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()
+
+
+if __name__ == "__main__":
+    main()

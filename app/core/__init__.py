@@ -1,0 +1,1 @@
+"""Shared infrastructure: settings, database engine and sessions, errors, embedded Postgres."""

@@ -1,0 +1,82 @@
+"""Database URLs, the async engine, and one transaction per unit of work.
+
+Every read verb runs in one ``REPEATABLE READ, READ ONLY`` transaction, so all its statements see
+one snapshot (a slice never mixes two revisions of a memory). Writes run in ``READ COMMITTED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from app.core.embedded import embedded_url
+from app.core.settings import Settings, get_settings
+
+
+def database_url(settings: Settings | None = None) -> str:
+    """Return the ``postgresql://`` URL to use: ``DATABASE_URL``, else the embedded server's."""
+    s = settings or get_settings()
+    if s.database_url:
+        return s.database_url
+    return embedded_url(s.data_dir / "pg")
+
+
+def async_url(url: str) -> str:
+    """Turn a ``postgresql://`` (or ``postgres://``) URL into SQLAlchemy's asyncpg form."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[0]
+    if scheme not in ("postgresql", "postgres"):
+        raise ValueError("DATABASE_URL must be a postgresql:// URL")
+    return urlunsplit(("postgresql+asyncpg", *parts[1:]))
+
+
+def with_database(url: str, dbname: str) -> str:
+    """Return ``url`` naming database ``dbname`` instead (query string, e.g. socket host, kept)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+def make_engine(
+    url: str | None = None,
+    *,
+    statement_timeout_ms: int | None = None,
+    settings: Settings | None = None,
+) -> AsyncEngine:
+    """Create the async engine for ``url`` (default: :func:`database_url`).
+
+    ``statement_timeout_ms`` sets the server-side statement timeout of every connection (None: the
+    server's default, for imports and migrations). Pool size and wait come from settings.
+    """
+    s = settings or get_settings()
+    server_settings = {"application_name": "sibyl-pg"}
+    if statement_timeout_ms is not None:
+        server_settings["statement_timeout"] = str(statement_timeout_ms)
+    return create_async_engine(
+        async_url(url or database_url(s)),
+        pool_size=s.pool_size,
+        max_overflow=0,
+        pool_timeout=s.pool_timeout_s,
+        pool_pre_ping=True,
+        connect_args={"server_settings": server_settings, "timeout": 5},
+    )
+
+
+@asynccontextmanager
+async def read_tx(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One repeatable-read, read-only transaction (one snapshot for a whole read verb)."""
+    async with engine.connect() as raw:
+        conn = await raw.execution_options(
+            isolation_level="REPEATABLE READ", postgresql_readonly=True
+        )
+        async with conn.begin():
+            yield conn
+
+
+@asynccontextmanager
+async def write_tx(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One read-committed transaction, committed when the block ends without an exception."""
+    async with engine.begin() as conn:
+        yield conn

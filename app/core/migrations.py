@@ -1,0 +1,36 @@
+"""Alembic, driven from code: upgrade to head and read the head revision."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+
+from app.core.settings import PROJECT_ROOT
+
+
+def alembic_config(url: str | None = None) -> Config:
+    """The project's Alembic config; ``url`` (a ``postgresql://`` URL) overrides DATABASE_URL."""
+    cfg = Config(str(PROJECT_ROOT / "alembic.ini"))
+    cfg.attributes["configure_logging"] = False
+    if url:
+        cfg.attributes["database_url"] = url
+    return cfg
+
+
+@lru_cache(maxsize=1)
+def head_revision() -> str | None:
+    """The newest migration's revision id."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def upgrade(url: str | None = None) -> None:
+    """Bring the database at ``url`` to the newest migration (synchronous; not in a loop)."""
+    command.upgrade(alembic_config(url), "head")
+
+
+def downgrade_base(url: str | None = None) -> None:
+    """Undo every migration (tests)."""
+    command.downgrade(alembic_config(url), "base")

@@ -1,0 +1,45 @@
+"""Service settings, read from the environment (pydantic-settings).
+
+Every variable is optional; the defaults run the service on a fresh machine:
+
+- ``DATABASE_URL``: a ``postgresql://`` URL. Unset: an embedded PostgreSQL (``pgserver``) in
+  ``SIBYL_DATA_DIR/pg`` is started and used (contract §11).
+- ``SIBYL_DATA_DIR``: the project's data folder (default ``<project>/.data``).
+- ``SIBYL_PEPS_DIR``: the PEP corpus (default ``<project>/../shared/data/peps``).
+- ``SIBYL_WALK_HOP_CAP``: rows one node may contribute per hop arm (default 1000), §5 bounded work.
+- ``SIBYL_WALK_LEVEL_CAP``: nodes one walk level may keep (default 5000), §5 bounded work.
+- ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
+- ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Settings(BaseSettings):
+    """Typed view of the environment; see the module docstring for each variable."""
+
+    model_config = SettingsConfigDict(env_prefix="SIBYL_", extra="ignore")
+
+    database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
+    data_dir: Path = PROJECT_ROOT / ".data"
+    peps_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "peps"
+    walk_hop_cap: int = Field(default=1000, ge=1, le=100_000)
+    walk_level_cap: int = Field(default=5000, ge=1, le=1_000_000)
+    statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
+    evidence_lines: int = Field(default=40, ge=1, le=10_000)
+    pool_size: int = Field(default=10, ge=1, le=200)
+    pool_timeout_s: float = Field(default=5.0, gt=0, le=300)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Return the process-wide settings (read once)."""
+    return Settings()

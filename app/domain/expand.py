@@ -1,0 +1,169 @@
+"""``expand_neighbors``: widen known memories into their authorized graph neighborhood (§5).
+
+The rules (normalisation, clamping, seed cap, echo of applied values, previews) live here; the
+walk itself is the recursive CTE of :mod:`app.repo.walk`, where the read rule gates every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.settings import Settings, get_settings
+from app.domain import policy
+from app.domain.passages import passage_name
+from app.domain.preview import preview_prefix
+from app.domain.reader import Reader
+from app.domain.schemas import ExpandRequest, ExpandResponse, Neighbor
+from app.domain.validation import normalize_names, normalize_project, normalize_seeds
+from app.repo import walk as walk_repo
+
+
+def walk_params(
+    reader: Reader,
+    *,
+    origins: list[str],
+    depth: int,
+    limit: int,
+    preview_chars: int,
+    include_incoming: bool,
+    relationship_types: list[str] | None,
+    types: list[str] | None,
+    project: str | None,
+    settings: Settings,
+) -> dict[str, object]:
+    """Every bound parameter of the walk statement for one request (also used by ``explain``)."""
+    rules = policy.hop_rules(relationship_types)
+    rels, weights = policy.weight_arrays()
+    return {
+        **reader.params(),
+        "seed_ids": origins,
+        "depth": depth,
+        "limit": limit,
+        "preview_chars": preview_chars,
+        "include_incoming": include_incoming,
+        "rel_filter": rules.rel_filter,
+        "out_denied": rules.out_denied,
+        "in_denied": rules.in_denied,
+        "types": types,
+        "project": project,
+        "pol_rels": rels,
+        "pol_weights": weights,
+        "default_weight": policy.UNKNOWN_WEIGHT,
+        "decay": policy.DECAY,
+        "score_min": policy.SCORE_MIN,
+        "score_max": policy.SCORE_MAX,
+        "hop_cap": settings.walk_hop_cap,
+        "level_cap": settings.walk_level_cap,
+    }
+
+
+async def expand_neighbors(
+    conn: AsyncConnection,
+    reader: Reader,
+    request: ExpandRequest,
+    *,
+    settings: Settings | None = None,
+) -> ExpandResponse:
+    """Walk up to ``depth`` hops from the request's seeds, as ``reader`` may see them (§5).
+
+    Seeds are stripped and de-duplicated; the first 8 are walked and the rest reported in
+    ``unresolved`` (with ``filters.origin_limit = 8``). Bounds are clamped (depth 1..3, limit
+    1..24, content_max_chars 0..50000) and echoed. Raises ``BadRequest`` (400) for an empty seed
+    list, a blank or non-string seed, or a relationship/type/project name outside its alphabet.
+    An absent seed and an unreadable one are reported identically in ``unresolved``.
+    """
+    s = settings or get_settings()
+    seeds = normalize_seeds(request.entity_ids)
+    rels = normalize_names(request.relationship_types, field="relationship_types", upper=True)
+    types = normalize_names(request.types, field="types", upper=False)
+    project = normalize_project(request.project)
+    depth = policy.DEPTH.clamp(request.depth)
+    limit = policy.LIMIT.clamp(request.limit)
+    preview_chars = policy.PREVIEW_CHARS.clamp(request.content_max_chars)
+    include_incoming = True if request.include_incoming is None else request.include_incoming
+
+    walked, overflow = seeds[: policy.MAX_SEEDS], seeds[policy.MAX_SEEDS :]
+    resolved = set(
+        await walk_repo.resolve_seeds(
+            conn, reader_params=reader.params(), seeds=walked, project=project
+        )
+    )
+    origins = [seed for seed in walked if seed in resolved]
+    unresolved = [seed for seed in walked if seed not in resolved] + overflow
+
+    filters: dict[str, Any] = {
+        "relationship_types": rels,
+        "types": types,
+        "include_incoming": include_incoming,
+        "project": project,
+        "depth": depth,
+        "limit": limit,
+        "content_max_chars": preview_chars,
+        "round_budget": policy.ROUND_BUDGET,
+        "frontier_capped": False,
+    }
+    if overflow:
+        filters["origin_limit"] = policy.MAX_SEEDS
+
+    rows: list[walk_repo.WalkRow] = []
+    if origins:
+        params = walk_params(
+            reader,
+            origins=origins,
+            depth=depth,
+            limit=limit,
+            preview_chars=preview_chars,
+            include_incoming=include_incoming,
+            relationship_types=rels,
+            types=types,
+            project=project,
+            settings=s,
+        )
+        rows, capped = await walk_repo.walk(conn, params=params)
+        filters["frontier_capped"] = capped
+
+    neighbors = [_neighbor(row, preview_chars) for row in rows[:limit]]
+    return ExpandResponse(
+        origins=origins,
+        unresolved=unresolved,
+        neighbors=neighbors,
+        total=len(neighbors),
+        depth=depth,
+        limit=limit,
+        truncated=len(rows) > limit,
+        filters=filters,
+    )
+
+
+def _neighbor(row: walk_repo.WalkRow, preview_chars: int) -> Neighbor:
+    content, cut = preview_prefix(row.content_prefix, row.content_length, preview_chars)
+    is_passage = row.parent_id is not None
+    metadata: dict[str, Any]
+    if is_passage:
+        metadata = {"breadcrumb": row.breadcrumb, "passage_total": row.passage_total}
+    else:
+        metadata = dict(row.metadata)
+    metadata["content_truncated"] = cut
+    name = (
+        passage_name(row.name, row.passage_index or 0, row.passage_total, row.breadcrumb)
+        if is_passage
+        else row.name
+    )
+    return Neighbor(
+        id=row.id,
+        type=row.type,
+        name=name,
+        relationship=row.relationship,
+        direction="outgoing" if row.outgoing else "incoming",
+        distance=row.distance,
+        score=round(row.score, 6),
+        content=content,
+        project_id=row.project_id,
+        lifecycle=row.lifecycle,
+        metadata=metadata,
+        passage_index=row.passage_index,
+        parent_entity_id=row.parent_id,
+        widen_with="fetch_slice" if is_passage else None,
+    )

@@ -1,0 +1,80 @@
+"""API keys: minted at random, shown once, stored only as SHA-256 (contract §3, §11)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.errors import BadRequest, NotFound
+from app.repo.readers import hash_key
+
+SCOPES = ("read", "write", "admin")
+
+USER_ORG_SQL = text("/* sibyl:keys.user */ SELECT org_id FROM users WHERE id = :user_id")
+PROJECTS_IN_ORG_SQL = text(
+    """/* sibyl:keys.projects */
+SELECT id FROM projects WHERE org_id = :org_id AND id = ANY(CAST(:ids AS text[]))"""
+)
+INSERT_KEY_SQL = text(
+    """/* sibyl:keys.create */
+INSERT INTO api_keys (id, org_id, user_id, key_hash, scopes, project_ids, label)
+VALUES (:id, :org_id, :user_id, :key_hash, CAST(:scopes AS text[]),
+        CAST(:project_ids AS text[]), :label)"""
+)
+REVOKE_KEY_SQL = text(
+    """/* sibyl:keys.revoke */
+UPDATE api_keys SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL RETURNING id"""
+)
+
+
+async def create_key(
+    conn: AsyncConnection,
+    *,
+    user_id: str,
+    scopes: Sequence[str] = ("read",),
+    projects: Sequence[str] | None = None,
+    label: str | None = None,
+) -> tuple[str, str]:
+    """Mint a key for ``user_id``; return (key id, the key in clear, shown only now).
+
+    ``scopes`` ⊆ {read, write, admin}; ``projects`` restricts the key to those projects of the
+    user's org. Raises ``NotFound`` for an unknown user, ``BadRequest`` for a bad scope or project.
+    """
+    org = (await conn.execute(USER_ORG_SQL, {"user_id": user_id})).scalar()
+    if org is None:
+        raise NotFound("User not found")
+    bad = [s for s in scopes if s not in SCOPES]
+    if bad or not scopes:
+        raise BadRequest("scopes must be a non-empty subset of read, write, admin")
+    if projects is not None:
+        found = set(
+            (await conn.execute(PROJECTS_IN_ORG_SQL, {"org_id": org, "ids": list(projects)}))
+            .scalars()
+            .all()
+        )
+        if set(projects) - found:
+            raise BadRequest("every project of a restricted key must exist in the user's org")
+    key_id = "key_" + secrets.token_hex(6)
+    key = f"sibyl_{key_id[4:]}_{secrets.token_urlsafe(32)}"
+    await conn.execute(
+        INSERT_KEY_SQL,
+        {
+            "id": key_id,
+            "org_id": org,
+            "user_id": user_id,
+            "key_hash": hash_key(key),
+            "scopes": sorted(set(scopes)),
+            "project_ids": list(projects) if projects is not None else None,
+            "label": label,
+        },
+    )
+    return key_id, key
+
+
+async def revoke_key(conn: AsyncConnection, *, key_id: str) -> None:
+    """Revoke a key at once; raises ``NotFound`` when no live key has that id."""
+    if (await conn.execute(REVOKE_KEY_SQL, {"id": key_id})).first() is None:
+        raise NotFound("Key not found")

@@ -1,0 +1,182 @@
+"""Writing one memory: fields, its passage cut and its derived mentions, in one transaction.
+
+Used by the NDJSON import and by the REST/MCP write routes, so a memory is cut the same way
+whichever door it came in by (contract §7, §9). Rules:
+
+- the revision starts at 1 and grows by one whenever the body or its cut changes; the cut is
+  redone in the same transaction, and passage ids are minted per (parent, revision, index);
+- an identical repeated write changes nothing (import idempotence);
+- mentions are re-derived from ``[[entity_id]]`` links on every body edit, keeping only links to
+  existing entities that ``may_link`` accepts (the writer's read rule, on REST).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.errors import BadRequest
+from app.domain import spans
+from app.domain.passages import passage_id
+from app.repo import writes
+
+LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
+MAX_CONTENT_CHARS = 1_000_000
+
+Outcome = Literal["created", "updated", "unchanged"]
+
+
+@dataclass
+class EntityData:
+    """The fields of one memory as a writer states them (ids already validated)."""
+
+    id: str
+    type: str
+    name: str
+    content: str
+    scope: str
+    project_id: str | None
+    owner_id: str | None
+    lifecycle: str = "active"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    spans: Sequence[Mapping[str, Any]] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The stored columns (no spans)."""
+        return {
+            "id": self.id,
+            "type": self.type,
+            "name": self.name,
+            "content": self.content,
+            "scope": self.scope,
+            "project_id": self.project_id,
+            "owner_id": self.owner_id,
+            "lifecycle": self.lifecycle,
+            "metadata": self.metadata,
+        }
+
+
+def links(content: str) -> list[str]:
+    """Distinct ``[[entity_id]]`` link targets of ``content``, in order of first appearance."""
+    return list(dict.fromkeys(LINK_RE.findall(content)))
+
+
+def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
+    """The projection §7 gives this memory (None: never cut). Raises ``BadRequest`` for
+    declared spans that do not tile the body."""
+    try:
+        return spans.project(
+            data.type, data.content, declared=data.spans, evidence_lines=evidence_lines
+        )
+    except spans.SpanError as exc:
+        raise BadRequest(str(exc)) from exc
+
+
+async def save_entity(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    data: EntityData,
+    evidence_lines: int,
+    may_link: Callable[[list[str]], Awaitable[list[str]]] | None = None,
+) -> tuple[Outcome, int]:
+    """Create or update ``data`` in ``org_id``; return (outcome, revision).
+
+    The row is locked for the transaction; passages and derived mentions are rewritten only when
+    the body or its cut changed. ``may_link`` filters link targets (default: every existing one).
+    Raises ``BadRequest`` for a body over 1,000,000 characters or bad declared spans.
+    """
+    if len(data.content) > MAX_CONTENT_CHARS:
+        raise BadRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
+    projection = cut(data, evidence_lines=evidence_lines)
+    stored = await writes.lock_entity(conn, org_id=org_id, entity_id=data.id)
+    fields = data.fields()
+    if stored is None:
+        await writes.insert_entity(conn, org_id=org_id, fields=fields)
+        await _write_cut(conn, org_id=org_id, data=data, revision=1, projection=projection)
+        await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
+        return "created", 1
+
+    body_changed = stored.content != data.content or stored.type != data.type
+    if not body_changed and data.spans is not None:
+        new_cut = [(s.start, s.end, s.breadcrumb) for s in projection.spans] if projection else []
+        body_changed = new_cut != await writes.stored_cut(conn, org_id=org_id, parent_id=data.id)
+    same_fields = (
+        stored.type,
+        stored.name,
+        stored.content,
+        stored.project_id,
+        stored.scope,
+        stored.owner_id,
+        stored.lifecycle,
+        stored.metadata,
+    ) == (
+        data.type,
+        data.name,
+        data.content,
+        data.project_id,
+        data.scope,
+        data.owner_id,
+        data.lifecycle,
+        data.metadata,
+    )
+    if same_fields and not body_changed:
+        return "unchanged", stored.revision
+    revision = stored.revision + 1 if body_changed else stored.revision
+    await writes.update_entity(conn, org_id=org_id, fields=fields, revision=revision)
+    if body_changed:
+        await _write_cut(conn, org_id=org_id, data=data, revision=revision, projection=projection)
+        await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
+    return "updated", revision
+
+
+async def _write_cut(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    data: EntityData,
+    revision: int,
+    projection: spans.Projection | None,
+) -> None:
+    rows = []
+    if projection is not None:
+        rows = [
+            writes.PassageRow(
+                id=passage_id(org_id, data.id, revision, i),
+                passage_index=i,
+                start_offset=s.start,
+                end_offset=s.end,
+                breadcrumb=s.breadcrumb,
+                content=data.content[s.start : s.end],
+            )
+            for i, s in enumerate(projection.spans)
+        ]
+    await writes.replace_passages(
+        conn,
+        org_id=org_id,
+        parent_id=data.id,
+        revision=revision,
+        kind=projection.kind if projection else None,
+        lossless=projection.lossless if projection else False,
+        passages=rows,
+    )
+
+
+async def _derive_mentions(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    data: EntityData,
+    may_link: Callable[[list[str]], Awaitable[list[str]]] | None,
+) -> None:
+    targets = [t for t in links(data.content) if t != data.id]
+    if targets:
+        existing = await writes.existing_ids(conn, org_id=org_id, ids=targets)
+        targets = [t for t in targets if t in existing]
+    if targets and may_link is not None:
+        targets = await may_link(targets)
+    await writes.rederive_mentions(conn, org_id=org_id, src_id=data.id, dst_ids=targets)

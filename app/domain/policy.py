@@ -1,0 +1,129 @@
+"""Relationship policy and request bounds: the anchors of contract §4, §5 and §6.
+
+Every number a caller can observe lives here, once: the relationship weights and followed
+directions, the score decay, and the clamp ranges of each budget. The walk SQL receives them as
+bound parameters; tool docstrings and tests read them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DECAY = 0.72
+SCORE_MIN = 0.1
+SCORE_MAX = 1.0
+UNKNOWN_WEIGHT = 0.64
+SHARES_COMMUNITY = "SHARES_COMMUNITY"
+MENTIONS = "MENTIONS"
+ROUND_BUDGET = 3
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An inclusive integer range with a default; out-of-range values are clamped, not rejected."""
+
+    low: int
+    high: int
+    default: int
+
+    def clamp(self, value: int | None) -> int:
+        """``value`` clamped to [low, high]; ``None`` gives the default."""
+        if value is None:
+            return self.default
+        return max(self.low, min(self.high, value))
+
+
+MAX_SEEDS = 8
+DEPTH = Bound(1, 3, 1)
+LIMIT = Bound(1, 24, 8)
+PREVIEW_CHARS = Bound(0, 50_000, 500)
+WINDOW = Bound(1, 64, 3)
+SLICE_CHARS = Bound(0, 50_000, 18_000)
+
+
+@dataclass(frozen=True)
+class RelPolicy:
+    """Weight W of a relationship and which hop directions the walk follows."""
+
+    weight: float
+    outgoing: bool = True
+    incoming: bool = True
+
+
+# Contract §4 (anchor). SUPERSEDES outgoing is followed only when relationship_types names it.
+RELATIONSHIPS: dict[str, RelPolicy] = {
+    "DECIDES": RelPolicy(1.00, incoming=False),
+    "DEPENDS_ON": RelPolicy(0.98),
+    "REQUIRES": RelPolicy(0.98, incoming=False),
+    "BLOCKS": RelPolicy(0.96),
+    "SUPERSEDES": RelPolicy(0.95, outgoing=False),
+    "SUPPORTS": RelPolicy(0.94, incoming=False),
+    "VALIDATED_BY": RelPolicy(0.94),
+    "USES_PROCEDURE": RelPolicy(0.92),
+    "IMPLEMENTED": RelPolicy(0.90),
+    "ENCOUNTERED": RelPolicy(0.86),
+    "REFERENCES": RelPolicy(0.86),
+    "PRODUCES": RelPolicy(0.82),
+    "TOUCHES": RelPolicy(0.82),
+    "ABOUT": RelPolicy(0.78),
+    SHARES_COMMUNITY: RelPolicy(0.74),
+    "BELONGS_TO": RelPolicy(0.72),
+    "CONTAINS": RelPolicy(0.72),
+    "DERIVED_FROM": RelPolicy(0.70),
+    "DOCUMENTED_IN": RelPolicy(0.66),
+    "CONTRADICTS": RelPolicy(0.64),
+    "RELATED_TO": RelPolicy(0.64),
+    "PART_OF": RelPolicy(0.64),
+    MENTIONS: RelPolicy(0.58),
+}
+
+
+def weight(relationship: str) -> float:
+    """W[relationship] from §4; unknown relationships weigh 0.64."""
+    policy = RELATIONSHIPS.get(relationship)
+    return policy.weight if policy else UNKNOWN_WEIGHT
+
+
+def score(relationship: str, distance: int) -> float:
+    """clamp(W[rel] × 0.72^(d−1), 0.1, 1.0) for hop distance ``distance`` ≥ 1 (§4)."""
+    return min(max(weight(relationship) * DECAY ** (distance - 1), SCORE_MIN), SCORE_MAX)
+
+
+@dataclass(frozen=True)
+class HopRules:
+    """Which hops one request may take, as the walk's bound array parameters.
+
+    ``rel_filter`` is None (every relationship) or the named ones; ``out_denied``/``in_denied``
+    list relationships whose outgoing/incoming hops §4 does not follow for this request.
+    """
+
+    rel_filter: list[str] | None
+    out_denied: list[str]
+    in_denied: list[str]
+
+    def allows(self, relationship: str, *, outgoing: bool) -> bool:
+        """True iff a hop over ``relationship`` in that direction may be taken."""
+        if self.rel_filter is not None and relationship not in self.rel_filter:
+            return False
+        denied = self.out_denied if outgoing else self.in_denied
+        return relationship not in denied
+
+
+def hop_rules(relationship_types: list[str] | None) -> HopRules:
+    """The §4 direction rules for a request naming ``relationship_types`` (None: all)."""
+    named = set(relationship_types or ())
+    out_denied = sorted(
+        rel for rel, p in RELATIONSHIPS.items() if not p.outgoing and rel not in named
+    )
+    in_denied = sorted(rel for rel, p in RELATIONSHIPS.items() if not p.incoming)
+    return HopRules(
+        rel_filter=list(relationship_types) if relationship_types is not None else None,
+        out_denied=out_denied,
+        in_denied=in_denied,
+    )
+
+
+def weight_arrays() -> tuple[list[str], list[float]]:
+    """The §4 table as two parallel arrays (names, weights), bound into the walk SQL."""
+    names = sorted(RELATIONSHIPS)
+    return names, [RELATIONSHIPS[n].weight for n in names]

@@ -1,0 +1,95 @@
+"""Run one verb as one unit of work: authenticate the key, open one transaction, map faults.
+
+Both adapters (REST and MCP) call :func:`run_read`, so authentication, the transaction and the
+mapping of database faults to 503 are the same on every surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.core.db import read_tx, write_tx
+from app.core.errors import Forbidden, Unauthorized, Unavailable
+from app.domain.reader import Reader
+from app.repo.readers import reader_by_key
+
+T = TypeVar("T")
+
+_UNAVAILABLE_CLASSES = ("08", "53", "57P")  # connection, resources, operator intervention
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    orig = getattr(error, "orig", None)
+    for candidate in (orig, getattr(orig, "__cause__", None)):
+        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        if isinstance(code, str):
+            return code
+    return None
+
+
+def as_unavailable(error: BaseException) -> Unavailable | None:
+    """The 503 a database fault maps to, or None when ``error`` is not a fault (a bug: 500)."""
+    if isinstance(error, sa_exc.TimeoutError):
+        return Unavailable("Database is saturated, retry later")
+    if isinstance(error, (OSError, ConnectionError)):
+        return Unavailable()
+    if isinstance(error, sa_exc.DBAPIError):
+        code = _sqlstate(error)
+        if code == "57014":
+            return Unavailable("The query took longer than the statement timeout")
+        if code is None or code.startswith(_UNAVAILABLE_CLASSES) or error.connection_invalidated:
+            return Unavailable()
+    return None
+
+
+async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:
+    """The reader of ``key`` holding ``scope``; ``Unauthorized``/``Forbidden`` otherwise."""
+    if not key:
+        raise Unauthorized("Missing API key")
+    reader = await reader_by_key(conn, key=key)
+    if reader is None:
+        raise Unauthorized("Invalid API key")
+    if scope not in reader.scopes:
+        raise Forbidden(f"This key lacks the '{scope}' scope")
+    return reader
+
+
+async def run_read(
+    engine: AsyncEngine,
+    key: str | None,
+    verb: Callable[[AsyncConnection, Reader], Awaitable[T]],
+) -> T:
+    """Authenticate ``key`` (scope ``read``) and run ``verb`` in one read-only snapshot."""
+    try:
+        async with read_tx(engine) as conn:
+            reader = await authenticate(conn, key, scope="read")
+            return await verb(conn, reader)
+    except (sa_exc.SQLAlchemyError, OSError, ConnectionError) as error:
+        mapped = as_unavailable(error)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+async def run_write(
+    engine: AsyncEngine,
+    key: str | None,
+    verb: Callable[[AsyncConnection, Reader], Awaitable[T]],
+    *,
+    scope: str = "write",
+) -> T:
+    """Authenticate ``key`` (scope ``write`` by default) and run ``verb`` in one transaction,
+    committed before this returns (a caller never acknowledges an uncommitted write)."""
+    try:
+        async with write_tx(engine) as conn:
+            reader = await authenticate(conn, key, scope=scope)
+            return await verb(conn, reader)
+    except (sa_exc.SQLAlchemyError, OSError, ConnectionError) as error:
+        mapped = as_unavailable(error)
+        if mapped is None:
+            raise
+        raise mapped from None

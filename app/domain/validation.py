@@ -1,0 +1,68 @@
+"""Input rules shared by every verb: malformed input is a 400 (``BadRequest``) with a message that
+names the field, never a stored row (contract §5, §9)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from app.core.errors import BadRequest
+
+NAME_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
+ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
+
+def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
+    """Strip each seed and drop exact duplicates keeping order (§5).
+
+    Raises ``BadRequest`` for an empty list or a blank or non-string id. Ids that cannot exist
+    (outside the id alphabet) are kept: they simply do not resolve, like any absent id.
+    """
+    if len(entity_ids) == 0:
+        raise BadRequest("entity_ids must name at least one entity")
+    seen: set[str] = set()
+    out: list[str] = []
+    for raw in entity_ids:
+        if not isinstance(raw, str) or not raw.strip():
+            raise BadRequest("entity_ids must be non-blank strings")
+        seed = raw.strip()
+        if seed not in seen:
+            seen.add(seed)
+            out.append(seed)
+    return out
+
+
+def normalize_names(values: Sequence[str] | None, *, field: str, upper: bool) -> list[str] | None:
+    """Upper- or lower-case relationship/type names; each must match ``[A-Za-z0-9_]{1,64}``.
+
+    ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises ``BadRequest``.
+    """
+    if values is None:
+        return None
+    out: list[str] = []
+    for value in values:
+        if not NAME_RE.fullmatch(value):
+            raise BadRequest(f"{field} entries must match [A-Za-z0-9_]{{1,64}}")
+        name = value.upper() if upper else value.lower()
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def normalize_project(project: str | None) -> str | None:
+    """A stripped project id, or None; ``BadRequest`` when blank or outside the id alphabet."""
+    if project is None:
+        return None
+    value = project.strip()
+    if not ID_RE.fullmatch(value):
+        raise BadRequest("project must be an id matching [A-Za-z0-9_.:-]{1,128}")
+    return value
+
+
+def require_id(value: str, *, field: str) -> str:
+    """A stripped, non-blank id; raises ``BadRequest`` naming ``field`` otherwise."""
+    stripped = value.strip()
+    if not stripped:
+        raise BadRequest(f"{field} must be a non-blank string")
+    return stripped

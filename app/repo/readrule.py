@@ -1,0 +1,47 @@
+"""The one read rule (contract §2), as the single SQL fragment every read statement embeds.
+
+``readable(alias)`` returns a boolean SQL expression over an ``entities`` row aliased ``alias``:
+
+- ``project`` scope: its project is in the reader's readable project set;
+- ``org`` scope: any member of the org, unless the key is restricted to projects;
+- ``private`` scope: the reader owns it or holds a grant on it, **and** its project (if any) is
+  readable; with no project, the key must not be restricted to projects.
+
+The org bound (``alias.org_id = :r_org``) is part of the fragment. A passage is read through its
+parent: statements join the parent entity and apply this same fragment to it, so a passage is
+exactly as readable as its parent at read time. The fragment starts with the marker comment
+``/* sibyl:read-rule */`` so a test can prove that every statement touching memories embeds it.
+
+Parameters (bound, from :meth:`app.domain.reader.Reader.params`): ``:r_org`` text, ``:r_user``
+text, ``:r_projects`` text[], ``:r_restricted`` boolean.
+"""
+
+from __future__ import annotations
+
+import re
+
+READ_RULE_MARKER = "/* sibyl:read-rule */"
+
+_TEMPLATE = """/* sibyl:read-rule */ ({t}.org_id = :r_org AND (
+        ({t}.scope = 'project' AND {t}.project_id = ANY(CAST(:r_projects AS text[])))
+     OR ({t}.scope = 'org' AND NOT :r_restricted)
+     OR ({t}.scope = 'private'
+         AND ({t}.owner_id = :r_user
+              OR EXISTS (SELECT 1 FROM entity_grants g
+                         WHERE g.org_id = {t}.org_id AND g.entity_id = {t}.id
+                           AND g.user_id = :r_user))
+         AND CASE WHEN {t}.project_id IS NULL THEN NOT :r_restricted
+                  ELSE {t}.project_id = ANY(CAST(:r_projects AS text[])) END)))"""
+
+_ALIAS = re.compile(r"^[a-z][a-z0-9_]{0,30}$")
+
+
+def readable(alias: str) -> str:
+    """SQL boolean expression: the ``entities`` row ``alias`` is readable by the bound reader.
+
+    ``alias`` is a fixed identifier of the calling query (never input); raises ``ValueError``
+    otherwise.
+    """
+    if not _ALIAS.match(alias):
+        raise ValueError(f"bad SQL alias {alias!r}")
+    return _TEMPLATE.format(t=alias)

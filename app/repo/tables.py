@@ -1,0 +1,302 @@
+"""The schema as SQLAlchemy typed models; Alembic migrations create it (contract §3).
+
+Every table carries ``org_id`` and every key the walk uses leads with it, so a distributed
+Postgres (Citus, distributed by ``org_id``) routes a walk to one shard (``docs/scaling.md``).
+Identifier columns use the ``"C"`` collation: ids compare bytewise, so ``a`` < ``a-b`` < ``ab``
+everywhere (SQL ordering, Python ordering and index order agree).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+Id = Text(collation="C")
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention, so Alembic emits stable constraint names."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Org(Base):
+    """A tenant. Nothing crosses an org boundary."""
+
+    __tablename__ = "orgs"
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+
+
+class User(Base):
+    """A principal of one org, with an org role (owner, admin, member, viewer)."""
+
+    __tablename__ = "users"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    handle: Mapped[str] = mapped_column(Text, nullable=False)
+    role: Mapped[str] = mapped_column(Text, nullable=False, server_default="member")
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (
+        ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),
+        UniqueConstraint("id"),
+        CheckConstraint("role IN ('owner', 'admin', 'member', 'viewer')", name="role"),
+    )
+
+
+class ApiKey(Base):
+    """An API key: only the SHA-256 of the secret is stored; scopes and an optional project list."""
+
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    org_id: Mapped[str] = mapped_column(Id, nullable=False)
+    user_id: Mapped[str] = mapped_column(Id, nullable=False)
+    key_hash: Mapped[str] = mapped_column(Text, nullable=False)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    project_ids: Mapped[list[str] | None] = mapped_column(ARRAY(Id), nullable=True)
+    label: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = _now()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "user_id"], ["users.org_id", "users.id"], ondelete="CASCADE"
+        ),
+        UniqueConstraint("key_hash"),
+        CheckConstraint("scopes <@ ARRAY['read', 'write', 'admin']::text[]", name="scopes"),
+    )
+
+
+class Project(Base):
+    """A project: ``private`` (members only) or ``org`` (every org member may read)."""
+
+    __tablename__ = "projects"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    visibility: Mapped[str] = mapped_column(Text, nullable=False, server_default="private")
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (
+        ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),
+        CheckConstraint("visibility IN ('private', 'org')", name="visibility"),
+    )
+
+
+class ProjectMember(Base):
+    """A user's role in a project: viewer < contributor < maintainer < owner."""
+
+    __tablename__ = "project_members"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    project_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    user_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    role: Mapped[str] = mapped_column(Text, nullable=False)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "project_id"], ["projects.org_id", "projects.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(
+            ["org_id", "user_id"], ["users.org_id", "users.id"], ondelete="CASCADE"
+        ),
+        CheckConstraint("role IN ('viewer', 'contributor', 'maintainer', 'owner')", name="role"),
+        Index("ix_project_members_user", "org_id", "user_id", "project_id"),
+    )
+
+
+class Entity(Base):
+    """A memory. ``passage_*`` columns describe its current cut (contract §6, §7)."""
+
+    __tablename__ = "entities"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    type: Mapped[str] = mapped_column(Text, nullable=False)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    project_id: Mapped[str | None] = mapped_column(Id, nullable=True)
+    scope: Mapped[str] = mapped_column(Text, nullable=False)
+    owner_id: Mapped[str | None] = mapped_column(Id, nullable=True)
+    lifecycle: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default="1")
+    passage_kind: Mapped[str | None] = mapped_column(Text, nullable=True)
+    passage_total: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    passages_lossless: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    __table_args__ = (
+        ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(["org_id", "project_id"], ["projects.org_id", "projects.id"]),
+        ForeignKeyConstraint(["org_id", "owner_id"], ["users.org_id", "users.id"]),
+        CheckConstraint("scope IN ('project', 'private', 'org')", name="scope"),
+        CheckConstraint("lifecycle IN ('active', 'superseded', 'retired')", name="lifecycle"),
+        CheckConstraint(
+            "(scope <> 'org' OR project_id IS NULL)"
+            " AND (scope <> 'project' OR project_id IS NOT NULL)",
+            name="scope_project",
+        ),
+        CheckConstraint("passage_kind IN ('prose', 'evidence', 'declared')", name="passage_kind"),
+        CheckConstraint("jsonb_typeof(metadata) = 'object'", name="metadata_object"),
+        CheckConstraint("id NOT LIKE 'passage\\_%'", name="id_not_passage"),
+        # The read probe of the walk: an index-only lookup of every column the read rule reads.
+        Index(
+            "ix_entities_read",
+            "org_id",
+            "id",
+            unique=True,
+            postgresql_include=["scope", "project_id", "owner_id", "lifecycle", "type"],
+        ),
+        Index("ix_entities_project", "org_id", "project_id"),
+    )
+
+
+class EntityGrant(Base):
+    """An explicit grant of one private memory to one user."""
+
+    __tablename__ = "entity_grants"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    entity_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    user_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "entity_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(
+            ["org_id", "user_id"], ["users.org_id", "users.id"], ondelete="CASCADE"
+        ),
+    )
+
+
+class Edge(Base):
+    """A typed, directed relationship ``src -relationship-> dst`` (contract §1)."""
+
+    __tablename__ = "edges"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    src_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    relationship: Mapped[str] = mapped_column(Id, primary_key=True)
+    dst_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "src_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(
+            ["org_id", "dst_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        # Outgoing hops use the primary key (org_id, src_id, relationship, dst_id); incoming hops
+        # use its mirror. Both cover what the walk reads, so each is an index-only scan.
+        Index("ix_edges_incoming", "org_id", "dst_id", "relationship", "src_id", unique=True),
+    )
+
+
+class Mention(Base):
+    """``src`` links to ``dst`` in its content (``[[id]]``, or a PEP's ``:pep:`` role)."""
+
+    __tablename__ = "mentions"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    src_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    dst_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    # True when derived from a ``[[id]]`` link of src's content (re-derived on every body edit);
+    # False when written explicitly (an import's ``mention`` record).
+    derived: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "src_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(
+            ["org_id", "dst_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        Index("ix_mentions_incoming", "org_id", "dst_id", "src_id", unique=True),
+    )
+
+
+class Passage(Base):
+    """A span of a memory's body at one revision; as readable as its parent, read through it."""
+
+    __tablename__ = "passages"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    parent_id: Mapped[str] = mapped_column(Id, nullable=False)
+    parent_revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    passage_index: Mapped[int] = mapped_column(Integer, nullable=False)
+    start_offset: Mapped[int] = mapped_column(Integer, nullable=False)
+    end_offset: Mapped[int] = mapped_column(Integer, nullable=False)
+    breadcrumb: Mapped[str | None] = mapped_column(Text, nullable=True)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "parent_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        CheckConstraint("id LIKE 'passage\\_%'", name="id_prefix"),
+        CheckConstraint("passage_index >= 0", name="index_nonneg"),
+        Index(
+            "ix_passages_parent",
+            "org_id",
+            "parent_id",
+            "passage_index",
+            unique=True,
+            postgresql_include=["id"],
+        ),
+    )
+
+
+class Community(Base):
+    """A community of memories detected among one audience's memories (issue 6).
+
+    ``audience`` is a project id (its project-scoped memories) or ``org`` (org-scoped memories):
+    detection never mixes audiences, so a community is no route around the read rule.
+    """
+
+    __tablename__ = "communities"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    id: Mapped[str] = mapped_column(Id, primary_key=True)
+    audience: Mapped[str] = mapped_column(Id, nullable=False)
+    size: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    created_at: Mapped[datetime] = _now()
+    __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
+
+
+class CommunityMember(Base):
+    """One memory's membership in one community."""
+
+    __tablename__ = "community_members"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    community_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    entity_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "community_id"], ["communities.org_id", "communities.id"], ondelete="CASCADE"
+        ),
+        ForeignKeyConstraint(
+            ["org_id", "entity_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        Index("ix_community_members_entity", "org_id", "entity_id", "community_id", unique=True),
+    )

@@ -1,0 +1,1 @@
+"""sibyl-pg tests (a package, so helpers import as ``tests.x``)."""

@@ -1,0 +1,143 @@
+"""Helpers that put test rows into the database: oracle graphs, NDJSON records, API keys."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.domain.keys import create_key
+from app.importers import ndjson
+
+try:
+    from tests import oracle
+except ImportError:  # pragma: no cover - run from inside tests/
+    import oracle  # type: ignore[no-redef]
+
+
+async def import_dicts(engine: AsyncEngine, records: list[dict[str, Any]]) -> ndjson.ImportSummary:
+    """Import §9 records through the real importer (cutting passages, deriving mentions)."""
+    return await ndjson.import_records(engine, ndjson.from_dicts(records), total=len(records))
+
+
+async def make_key(
+    engine: AsyncEngine,
+    user_id: str,
+    *,
+    scopes: tuple[str, ...] = ("read",),
+    projects: list[str] | None = None,
+) -> str:
+    """Mint an API key for ``user_id``."""
+    async with engine.begin() as conn:
+        _, key = await create_key(conn, user_id=user_id, scopes=scopes, projects=projects)
+    return key
+
+
+async def load_graph(engine: AsyncEngine, g: oracle.Graph) -> None:
+    """Insert an oracle graph as rows (passages inserted as given, not cut)."""
+    org = g.org_id
+    async with engine.begin() as conn:
+        await conn.execute(text("INSERT INTO orgs (id, name) VALUES (:id, :id)"), {"id": org})
+        if g.users:
+            await conn.execute(
+                text("INSERT INTO users (org_id, id, handle, role) VALUES (:o, :id, :id, :r)"),
+                [{"o": org, "id": u, "r": r} for u, r in g.users.items()],
+            )
+        if g.projects:
+            await conn.execute(
+                text(
+                    "INSERT INTO projects (org_id, id, name, visibility) VALUES (:o, :id, :id, :v)"
+                ),
+                [{"o": org, "id": p, "v": v} for p, v in g.projects.items()],
+            )
+        if g.members:
+            await conn.execute(
+                text(
+                    "INSERT INTO project_members (org_id, project_id, user_id, role) "
+                    "VALUES (:o, :p, :u, :r)"
+                ),
+                [{"o": org, "p": p, "u": u, "r": r} for (p, u), r in g.members.items()],
+            )
+        kinds: dict[str, str] = {}
+        totals: dict[str, int] = {}
+        for p in g.passages.values():
+            kinds[p.parent_id] = "evidence" if p.link == "DERIVED_FROM" else "prose"
+            totals[p.parent_id] = totals.get(p.parent_id, 0) + 1
+        await conn.execute(
+            text(
+                "INSERT INTO entities (org_id, id, type, name, content, project_id, scope,"
+                " owner_id,"
+                " lifecycle, metadata, passage_kind, passage_total, passages_lossless) VALUES "
+                "(:o, :id, :type, :name, :content, :project_id, :scope, :owner_id, :lifecycle,"
+                " CAST(:metadata AS jsonb), :kind, :total, false)"
+            ),
+            [
+                {
+                    "o": org,
+                    "id": e.id,
+                    "type": e.type,
+                    "name": e.name,
+                    "content": e.content,
+                    "project_id": e.project_id,
+                    "scope": e.scope,
+                    "owner_id": e.owner_id,
+                    "lifecycle": e.lifecycle,
+                    "metadata": json.dumps({}),
+                    "kind": kinds.get(e.id),
+                    "total": totals.get(e.id, 0),
+                }
+                for e in g.entities.values()
+            ],
+        )
+        if g.grants:
+            await conn.execute(
+                text("INSERT INTO entity_grants (org_id, entity_id, user_id) VALUES (:o, :e, :u)"),
+                [{"o": org, "e": e, "u": u} for e, u in g.grants],
+            )
+        if g.edges:
+            await conn.execute(
+                text(
+                    "INSERT INTO edges (org_id, src_id, relationship, dst_id) "
+                    "VALUES (:o, :s, :r, :d)"
+                ),
+                [{"o": org, "s": s, "r": r, "d": d} for s, r, d in g.edges],
+            )
+        if g.mentions:
+            await conn.execute(
+                text("INSERT INTO mentions (org_id, src_id, dst_id) VALUES (:o, :s, :d)"),
+                [{"o": org, "s": s, "d": d} for s, d in g.mentions],
+            )
+        for cid, members in g.communities.items():
+            await conn.execute(
+                text(
+                    "INSERT INTO communities (org_id, id, audience, size) VALUES (:o, :c, 'x', :n)"
+                ),
+                {"o": org, "c": cid, "n": len(members)},
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO community_members (org_id, community_id, entity_id)"
+                    " VALUES (:o, :c, :e)"
+                ),
+                [{"o": org, "c": cid, "e": e} for e in dict.fromkeys(members)],
+            )
+        if g.passages:
+            await conn.execute(
+                text(
+                    "INSERT INTO passages (org_id, id, parent_id, parent_revision, passage_index,"
+                    " start_offset, end_offset, breadcrumb, content) VALUES"
+                    " (:o, :id, :parent, 1, :i, 0, 0, NULL, :content)"
+                ),
+                [
+                    {
+                        "o": org,
+                        "id": p.id,
+                        "parent": p.parent_id,
+                        "i": p.index,
+                        "content": p.content,
+                    }
+                    for p in g.passages.values()
+                ],
+            )
