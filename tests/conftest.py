@@ -90,3 +90,17 @@ async def client(engine: AsyncEngine) -> AsyncIterator[httpx.AsyncClient]:
 def org_id() -> str:
     """A fresh org id: the test's own tenant."""
     return "org_" + secrets.token_hex(5)
+
+
+@pytest.fixture(scope="session")
+async def pep_corpus(engine: AsyncEngine) -> dict[str, str]:
+    """The real PEP corpus imported once (org ``org_python``); returns a read key per demo
+    reader, by user id. Skips when the corpus folder is absent."""
+    if not PEPS_DIR.is_dir():
+        pytest.skip(f"PEP corpus not found at {PEPS_DIR}")
+    from app.cli import DEMO_READERS
+    from app.importers.peps import iter_pep_records
+    from tests.builders import import_dicts, make_key
+
+    await import_dicts(engine, list(iter_pep_records(PEPS_DIR)))
+    return {user: await make_key(engine, user) for user in DEMO_READERS}

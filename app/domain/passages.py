@@ -18,7 +18,6 @@ def passage_id(org_id: str, parent_id: str, revision: int, index: int) -> str:
 
 
 def passage_name(parent_name: str, index: int, total: int | None, breadcrumb: str | None) -> str:
-    """Display name of a span: ``<parent name> [i/n]``, plus `` > <breadcrumb>`` when it has one."""
+    """Display name of a span: ``<parent name> > <breadcrumb> [i/n]`` (no breadcrumb: no ``>``)."""
     position = f"[{index + 1}/{total}]" if total else f"[{index + 1}]"
-    name = f"{parent_name} {position}"
-    return f"{name} {breadcrumb}" if breadcrumb else name
+    return f"{parent_name} > {breadcrumb} {position}" if breadcrumb else f"{parent_name} {position}"

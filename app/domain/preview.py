@@ -1,0 +1,73 @@
+"""Content previews (contract §5): a memory's content bounded by a character budget.
+
+The rule: content of at most ``budget`` characters is returned unchanged. Longer content is cut
+at its last whitespace character at a position ``<= budget`` (so at most ``budget`` characters are
+kept), or hard-cut at exactly ``budget`` characters when that whitespace lies before half the
+budget (``2 * position < budget``) or there is none; the kept text is right-stripped and ``"..."``
+is appended. The result may therefore be up to ``budget + 3`` characters long. Whitespace is
+Python's ``str.isspace`` (Unicode), characters are code points (Postgres ``char_length``).
+
+The answer depends only on the first ``budget + 1`` characters and the total length, so a query
+may fetch ``left(content, budget + 1)`` and ``char_length(content)`` and call
+:func:`preview_prefix`, which answers exactly as :func:`preview` on the whole content.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["ELLIPSIS", "preview", "preview_prefix"]
+
+ELLIPSIS = "..."
+
+# The last whitespace of a string: a whitespace character followed only by non-whitespace.
+_LAST_WHITESPACE = re.compile(r"\s\S*\Z")
+
+
+def _cut(window: str, budget: int) -> str:
+    """Preview of content longer than ``budget`` whose first ``budget + 1`` chars are ``window``."""
+    half = (budget + 1) // 2  # the smallest position p with 2 * p >= budget
+    found = _LAST_WHITESPACE.search(window, half)
+    kept = window[: found.start()] if found else window[:budget]
+    return kept.rstrip() + ELLIPSIS
+
+
+def _check_budget(budget: int) -> None:
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+
+
+def preview(content: str, budget: int) -> tuple[str, bool]:
+    """Bound ``content`` to ``budget`` characters as §5 says; returns ``(text, truncated)``.
+
+    ``(content, False)`` when ``len(content) <= budget``; else ``(cut + "...", True)`` where ``cut``
+    has at most ``budget`` characters (see the module docstring). Budget 0 gives ``("...", True)``
+    for non-empty content and ``("", False)`` for empty content. The caller clamps the budget
+    (0..50000); a negative budget raises ``ValueError``.
+    """
+    _check_budget(budget)
+    if len(content) <= budget:
+        return content, False
+    return _cut(content[: budget + 1], budget), True
+
+
+def preview_prefix(prefix: str, full_length: int, budget: int) -> tuple[str, bool]:
+    """Same answer as ``preview(content, budget)`` from ``content[:budget + 1]`` and its length.
+
+    ``prefix`` must be the first ``min(full_length, budget + 1)`` characters of the content (a
+    longer prefix is accepted and only its first ``budget + 1`` characters are read);
+    ``full_length`` is ``len(content)``. Raises ``ValueError`` on a negative budget or a prefix
+    too short or longer than ``full_length``.
+    """
+    _check_budget(budget)
+    if len(prefix) > full_length:
+        raise ValueError(
+            f"prefix has {len(prefix)} characters, more than full_length {full_length}"
+        )
+    if full_length <= budget:
+        if len(prefix) != full_length:
+            raise ValueError("content that fits the budget must be passed whole as the prefix")
+        return prefix, False
+    if len(prefix) < budget + 1:
+        raise ValueError(f"prefix must hold the first budget + 1 = {budget + 1} characters")
+    return _cut(prefix[: budget + 1], budget), True

@@ -1,0 +1,587 @@
+"""Passage projections (contract §7): how a long memory body is cut into spans.
+
+A *projection* turns one memory body into an ordered tuple of :class:`Span` (character offsets
+into the body, end exclusive). The service stores each span as a passage linked to its parent by
+:attr:`Projection.link_relationship`. Three projections exist; :func:`project` picks one.
+
+All offsets and sizes are in characters (Python ``str`` indices, i.e. Unicode code points, the same
+unit as Postgres ``char_length``). Everything here is pure, deterministic and linear in the body.
+
+Prose (:func:`cut_prose`)
+=========================
+Types other than ``observation`` and :data:`NEVER_CUT_TYPES` (``task``, ``person``, ``passage``).
+
+* **Only bodies over** :data:`PROSE_MIN_BODY` (2000) characters are cut; shorter ones give ``None``.
+* **Lines.** Only ``"\\n"`` ends a line (a ``"\\r"`` before it is tolerated and ignored when
+  matching); each line owns its newline, so every boundary below is a line start.
+* **Code fences are opaque.** A fence opens on a line of at least three backticks or tildes
+  (indented by at most three spaces; a backtick fence's info string may not contain a backtick)
+  and closes on a line of the same character, at least as long, with nothing after it but spaces.
+  An unclosed fence runs to the end of the body. Inside a fence nothing is a heading and no line
+  is blank (a fence is never split at a paragraph boundary).
+* **Headings** are ATX headings outside fences, at the very start of a line: ``#`` .. ``######``
+  then a space, a tab or the end of the line (``#tag`` is not a heading). Unlike CommonMark, an
+  indented ``#`` line is not a heading, so ``# comments`` in indented code never become
+  headings. The text is stripped of its optional closing ``#`` run and its whitespace is
+  collapsed. Setext (underlined) headings are not recognised. A heading opens a *section* that
+  runs to the next heading of the same or a higher level (fewer ``#``); a deeper heading in
+  between opens a subsection (a skipped level is still a child). A section's *intro* is its
+  heading line and the text before its first subsection.
+* **Preamble.** Text before the first heading is the intro of the (headingless) document root: a
+  section of its own whose breadcrumb is ``None``.
+* **Units.** A section is cut by turning it into a sequence of *units* that are then packed:
+
+  - its intro is one unit when it is at most :data:`HARD_MAX` (2000) characters; a larger intro is
+    split into paragraph blocks (a block is a run of non-blank lines plus the blank lines after
+    it; blank lines inside fences do not count). A block over :data:`HARD_MAX` is split further
+    into single lines, a whole fenced code block staying one unit;
+  - each subsection of at most :data:`HARD_MAX` characters is one unit, kept whole;
+  - a subsection over :data:`HARD_MAX` is cut recursively the same way, and the spans it yields
+    become *closed* units of its parent.
+
+  A leaf section is a section without subsections: only its intro, so it is split at paragraph
+  boundaries. The only units over :data:`HARD_MAX` are therefore a single line or a single fenced
+  code block: "a single oversized leaf", the only spans allowed over 2000 characters.
+* **Packing** (greedy, left to right, over the units of one section, i.e. over siblings): the next
+  unit joins the current span when
+
+  (a) neither is closed and together they stay within :data:`PACK_MAX` (1200), or
+  (b) the current span is under :data:`PACK_MIN` (600) and together they stay within
+      :data:`HARD_MAX` (2000) (a short heading or intro joins what follows it);
+
+  otherwise the current span is finished and the unit starts the next one. A finished span under
+  :data:`PACK_MIN` is merged into the previous span when the merge stays within :data:`HARD_MAX`:
+  this is the contract's tail merge ("when it fits" = the merged span is at most 2000
+  characters), applied to the last span and to any span that could not grow forward. Closed
+  units (the spans of a cut subsection) are thus never extended by a sibling except to absorb a
+  span under :data:`PACK_MIN`, so spans follow the heading tree. Consequence relied on by the
+  tests: of two adjacent spans, if either is under 600 characters, together they exceed 2000.
+* **Partition.** The spans tile ``[0, len(body))`` in order, no gap, no overlap. More than
+  :data:`MAX_SPANS` (64) spans: the first 64 are kept and ``lossless`` is ``False`` (the rest of the
+  body lives only on the parent).
+* **Breadcrumb** of a span: the heading texts of the deepest section containing the span's first
+  character, from the outermost ancestor down to that section itself, joined by ``" > "``; e.g. a
+  span starting inside "Rationale" under "Specification" gets ``"Specification > Rationale"``.
+  Each text is at most :data:`HEADING_MAX_CHARS` (60) characters: a longer one is cut at its last
+  space at or before the 59th character (a hard cut if that space lies in the first half) and
+  ends with ``"…"``. Empty headings are skipped; a span starting in the preamble gets ``None``.
+
+Evidence (:func:`cut_evidence`)
+===============================
+Type ``observation`` (logs, transcripts, tool output): fixed windows of ``lines_per_span`` lines
+(default 40; the last window may be shorter), no breadcrumb, linked by ``DERIVED_FROM``, and
+``lossless`` is always ``False`` (evidence never claims coverage). Windows are counted in lines, not
+characters, so a window may exceed 2000 characters. At most :data:`MAX_SPANS` windows are kept.
+
+Declared (:func:`declared_spans`)
+=================================
+A writer may send ``spans: [{start, end, label}]``; they are validated (they must tile the body
+exactly) and used verbatim, the label becoming the breadcrumb. Invalid input raises
+:class:`SpanError`, whose message is the user-facing reason (a 400 detail).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "BREADCRUMB_SEPARATOR",
+    "EVIDENCE_LINES_DEFAULT",
+    "EVIDENCE_TYPE",
+    "HARD_MAX",
+    "HEADING_MAX_CHARS",
+    "LABEL_MAX_CHARS",
+    "MAX_SPANS",
+    "NEVER_CUT_TYPES",
+    "PACK_MAX",
+    "PACK_MIN",
+    "PROSE_MIN_BODY",
+    "Projection",
+    "ProjectionKind",
+    "Span",
+    "SpanError",
+    "cut_evidence",
+    "cut_prose",
+    "declared_spans",
+    "project",
+]
+
+ProjectionKind = Literal["prose", "evidence", "declared"]
+
+MAX_SPANS = 64
+"""At most this many spans per projection; prose keeps the first 64 and is then not lossless."""
+PROSE_MIN_BODY = 2000
+"""Prose bodies of at most this many characters are never cut."""
+PACK_MIN = 600
+"""Packing target, lower bound (characters)."""
+PACK_MAX = 1200
+"""Packing target, upper bound (characters)."""
+HARD_MAX = 2000
+"""No prose span is longer, except a single oversized line or fenced code block."""
+EVIDENCE_LINES_DEFAULT = 40
+"""Lines per evidence window."""
+HEADING_MAX_CHARS = 60
+"""Each heading text in a breadcrumb is at most this long."""
+LABEL_MAX_CHARS = 200
+"""A declared span's label is at most this long."""
+BREADCRUMB_SEPARATOR = " > "
+EVIDENCE_TYPE = "observation"
+NEVER_CUT_TYPES = frozenset({"task", "person", "passage"})
+"""Entity types whose body is never cut (unless the writer declares spans)."""
+
+
+class SpanError(ValueError):
+    """Declared spans are invalid; the message is a user-facing reason (a 400 ``detail``)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """One passage of a body: ``body[start:end]``.
+
+    ``start`` is inclusive and ``end`` exclusive, both character offsets. ``breadcrumb`` is the
+    heading path for prose, ``None`` for evidence (and for prose spans starting in the preamble),
+    the label for declared spans.
+    """
+
+    start: int
+    end: int
+    breadcrumb: str | None
+
+    @property
+    def length(self) -> int:
+        """Number of characters in the span."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The spans cut from one body, in body order.
+
+    ``lossless`` is true iff the spans partition the whole body and nothing was dropped; it is
+    always false for evidence (contract §6: evidence never claims coverage).
+    """
+
+    kind: ProjectionKind
+    spans: tuple[Span, ...]
+    lossless: bool
+
+    @property
+    def link_relationship(self) -> str:
+        """Edge from each passage to its parent: ``DERIVED_FROM`` for evidence, else ``PART_OF``."""
+        return "DERIVED_FROM" if self.kind == "evidence" else "PART_OF"
+
+
+# --------------------------------------------------------------------------------------------
+# Line scan: fences, blank lines and ATX headings.
+
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
+_ATX = re.compile(r"(#{1,6})(?:[ \t]+(.*))?")
+_FENCE_CHARS = ("`", "~")
+_CLOSING_HASHES = re.compile(r"(?:^|[ \t])#+$")
+
+
+@dataclass(frozen=True)
+class _Heading:
+    line: int
+    offset: int
+    level: int
+    title: str
+
+
+class _Lines:
+    """Line table of a body: offsets, blank flags and fence membership, plus its headings."""
+
+    def __init__(self, body: str) -> None:
+        starts: list[int] = []
+        ends: list[int] = []
+        blank: list[bool] = []  # blank and outside any fence
+        fence: list[int] = []  # index of the fenced block holding the line, -1 if none
+        self.headings: list[_Heading] = []
+        raw_lines = body.split("\n")
+        if raw_lines[-1] == "":
+            raw_lines.pop()  # the body ends with a newline (or is empty): no line after it
+        n = len(body)
+        pos = 0
+        fence_char = ""
+        fence_len = 0
+        fence_id = -1
+        fences = 0
+        for index, raw in enumerate(raw_lines):
+            end = min(pos + len(raw) + 1, n)
+            starts.append(pos)
+            ends.append(end)
+            line = raw[:-1] if raw.endswith("\r") else raw
+            if fence_id >= 0:
+                fence.append(fence_id)
+                blank.append(False)
+                close = _FENCE_CLOSE.fullmatch(line) if fence_char in line else None
+                if close and close.group(1)[0] == fence_char and len(close.group(1)) >= fence_len:
+                    fence_id = -1
+            else:
+                head = line.lstrip(" ")[:1]
+                opening = _FENCE_OPEN.fullmatch(line) if head in _FENCE_CHARS else None
+                if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)):
+                    fence_char = opening.group(1)[0]
+                    fence_len = len(opening.group(1))
+                    fence_id = fences
+                    fences += 1
+                    fence.append(fence_id)
+                    blank.append(False)
+                else:
+                    fence.append(-1)
+                    blank.append(not line.strip())
+                    if line[:1] == "#":
+                        heading = _ATX.fullmatch(line)
+                        if heading:
+                            self.headings.append(
+                                _Heading(
+                                    index, pos, len(heading.group(1)), _title(heading.group(2))
+                                )
+                            )
+            pos = end
+        self.starts, self.ends, self.blank, self.fence = starts, ends, blank, fence
+        self.count = len(starts)
+
+    def index_of(self, offset: int) -> int:
+        """Index of the line starting at ``offset`` (the line count for the body's end)."""
+        return bisect_right(self.starts, offset) - 1 if offset < self._end() else self.count
+
+    def _end(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+
+def _title(raw: str | None) -> str:
+    """Heading text without its closing ``#`` run, whitespace collapsed, at most 60 chars."""
+    text = (raw or "").strip()
+    closing = _CLOSING_HASHES.search(text)
+    if closing:
+        text = text[: closing.start()]
+    return _shorten(" ".join(text.split()), HEADING_MAX_CHARS)
+
+
+def _shorten(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` chars, else cut at a space and ended with ``…``."""
+    if len(text) <= limit:
+        return text
+    room = limit - 1  # keep one character for the ellipsis
+    space = text.rfind(" ", 0, room + 1)
+    head = text[:space] if space >= 0 and 2 * space >= room else text[:room]
+    return head.rstrip() + "…"
+
+
+# --------------------------------------------------------------------------------------------
+# Section tree.
+
+
+@dataclass(eq=False)
+class _Section:
+    start: int
+    level: int
+    title: str
+    parent: _Section | None
+    end: int = 0
+    children: list[_Section] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def intro_end(self) -> int:
+        return self.children[0].start if self.children else self.end
+
+
+def _build_tree(lines: _Lines, length: int) -> tuple[_Section, list[_Section]]:
+    """The root section (level 0, the whole body) and every heading's section in body order."""
+    root = _Section(0, 0, "", None, end=length)
+    sections: list[_Section] = []
+    stack = [root]
+    for heading in lines.headings:
+        while stack[-1].level >= heading.level:
+            stack.pop().end = heading.offset
+        parent = stack[-1]
+        node = _Section(heading.offset, heading.level, heading.title, parent)
+        parent.children.append(node)
+        sections.append(node)
+        stack.append(node)
+    for node in stack:
+        node.end = length
+    return root, sections
+
+
+# --------------------------------------------------------------------------------------------
+# Units and packing.
+
+
+@dataclass(frozen=True)
+class _Piece:
+    start: int
+    end: int
+    closed: bool
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+class _Cutter:
+    def __init__(self, body: str) -> None:
+        self.lines = _Lines(body)
+        self.root, self.sections = _build_tree(self.lines, len(body))
+        self.heading_starts = [s.start for s in self.sections]
+
+    def spans(self) -> list[_Piece]:
+        return _pack(self._units(self.root))
+
+    def _units(self, section: _Section) -> list[_Piece]:
+        units: list[_Piece] = []
+        if section.intro_end > section.start:
+            if section.intro_end - section.start <= HARD_MAX:
+                units.append(_Piece(section.start, section.intro_end, closed=False))
+            else:
+                units.extend(self._block_units(section.start, section.intro_end))
+        for child in section.children:
+            if child.size <= HARD_MAX:
+                units.append(_Piece(child.start, child.end, closed=False))
+            else:
+                units.extend(_pack(self._units(child)))
+        return units
+
+    def _block_units(self, start: int, end: int) -> list[_Piece]:
+        """Paragraph blocks of ``[start, end)``; a block over HARD_MAX becomes line units."""
+        lines = self.lines
+        first, stop = lines.index_of(start), lines.index_of(end)
+        units: list[_Piece] = []
+        block_start = first
+        seen_text = False
+        after_blank = False
+        for i in range(first, stop + 1):
+            boundary = i == stop
+            if not boundary:
+                if lines.blank[i]:
+                    after_blank = seen_text
+                    continue
+                boundary = after_blank
+                seen_text = True
+                after_blank = False
+            if boundary and i > block_start:
+                a, b = lines.starts[block_start], lines.ends[i - 1]
+                if b - a <= HARD_MAX:
+                    units.append(_Piece(a, b, closed=False))
+                else:
+                    units.extend(self._line_units(block_start, i))
+                block_start = i
+        return units
+
+    def _line_units(self, first: int, stop: int) -> list[_Piece]:
+        """One unit per line of lines ``[first, stop)``, a fenced block staying whole."""
+        lines = self.lines
+        units: list[_Piece] = []
+        i = first
+        while i < stop:
+            j = i + 1
+            fence = lines.fence[i]
+            if fence >= 0:
+                while j < stop and lines.fence[j] == fence:
+                    j += 1
+            units.append(_Piece(lines.starts[i], lines.ends[j - 1], closed=False))
+            i = j
+        return units
+
+    def breadcrumb(self, offset: int) -> str | None:
+        """Heading path of the deepest section containing ``offset``; None in the preamble."""
+        i = bisect_right(self.heading_starts, offset) - 1
+        node: _Section | None = self.sections[i] if i >= 0 else None
+        while node is not None and node.end <= offset:
+            node = node.parent
+        titles: list[str] = []
+        while node is not None and node.level > 0:
+            if node.title:
+                titles.append(node.title)
+            node = node.parent
+        return BREADCRUMB_SEPARATOR.join(reversed(titles)) or None
+
+
+def _pack(units: list[_Piece]) -> list[_Piece]:
+    """Greedy packing of consecutive units (see the module docstring); the result is closed."""
+    out: list[_Piece] = []
+
+    def finish(piece: _Piece) -> None:
+        if out and piece.size < PACK_MIN and out[-1].size + piece.size <= HARD_MAX:
+            out[-1] = _Piece(out[-1].start, piece.end, closed=True)
+        else:
+            out.append(piece)
+
+    current: _Piece | None = None
+    for unit in units:
+        if current is None:
+            current = unit
+            continue
+        total = current.size + unit.size
+        if (not current.closed and not unit.closed and total <= PACK_MAX) or (
+            current.size < PACK_MIN and total <= HARD_MAX
+        ):
+            current = _Piece(current.start, unit.end, closed=current.closed or unit.closed)
+        else:
+            finish(current)
+            current = unit
+    if current is not None:
+        finish(current)
+    return [_Piece(p.start, p.end, closed=True) for p in out]
+
+
+# --------------------------------------------------------------------------------------------
+# Public projections.
+
+
+def cut_prose(body: str) -> Projection | None:
+    """Cut a prose body along its Markdown heading tree (contract §7; rules in the module doc).
+
+    Returns ``None`` when ``len(body) <= PROSE_MIN_BODY`` (2000): the body is never cut. Otherwise
+    a ``"prose"`` projection of 1..64 spans in body order, each at most 2000 characters unless it
+    is a single line or a single fenced code block; ``lossless`` is false iff spans past the 64th
+    were dropped. Linear time; never raises.
+    """
+    if len(body) <= PROSE_MIN_BODY:
+        return None
+    cutter = _Cutter(body)
+    pieces = cutter.spans()
+    lossless = len(pieces) <= MAX_SPANS
+    spans = tuple(Span(p.start, p.end, cutter.breadcrumb(p.start)) for p in pieces[:MAX_SPANS])
+    return Projection("prose", spans, lossless=lossless)
+
+
+def cut_evidence(body: str, *, lines_per_span: int = EVIDENCE_LINES_DEFAULT) -> Projection | None:
+    """Cut operational evidence into fixed windows of ``lines_per_span`` lines (contract §7).
+
+    Lines end with ``"\\n"`` (kept in the window); the last window holds the remaining lines and
+    may be shorter. At most 64 windows are kept. Spans have no breadcrumb and the projection is
+    never lossless. Returns ``None`` for an empty body. Raises ``ValueError`` when
+    ``lines_per_span < 1`` (a configuration error, not a user error).
+    """
+    if lines_per_span < 1:
+        raise ValueError(f"lines_per_span must be at least 1, got {lines_per_span}")
+    if not body:
+        return None
+    n = len(body)
+    spans: list[Span] = []
+    pos = 0
+    while pos < n and len(spans) < MAX_SPANS:
+        end = pos
+        for _ in range(lines_per_span):
+            nl = body.find("\n", end)
+            end = n if nl < 0 else nl + 1
+            if end >= n:
+                break
+        spans.append(Span(pos, end, None))
+        pos = end
+    return Projection("evidence", tuple(spans), lossless=False)
+
+
+def _int_field(item: Mapping[str, Any], key: str, index: int) -> int:
+    if key not in item:
+        raise SpanError(f"spans[{index}] has no {key!r}; each span needs start, end and label")
+    value = item[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpanError(f"spans[{index}].{key} must be an integer character offset")
+    return value
+
+
+def declared_spans(body: str, spans: Sequence[Mapping[str, Any]]) -> Projection:
+    """Validate writer-declared spans and use them verbatim (contract §7).
+
+    ``spans`` is a list of ``{"start": int, "end": int, "label": str}`` (character offsets, end
+    exclusive; other keys are ignored). They must be 1..64, in body order, each non-empty, tiling
+    ``[0, len(body))`` with no gap or overlap; each label a non-blank string of at most 200
+    characters, used as the span's breadcrumb unchanged. Returns a lossless ``"declared"``
+    projection. Raises :class:`SpanError` naming the first offending span and the reason.
+    """
+    n = len(body)
+    if not n:
+        raise SpanError("spans cannot be declared on an empty body")
+    if isinstance(spans, str | bytes | Mapping) or not isinstance(spans, Sequence):
+        raise SpanError("spans must be a list of {start, end, label} objects")
+    if not spans:
+        raise SpanError("spans must not be empty: declare at least one span, or omit spans")
+    if len(spans) > MAX_SPANS:
+        raise SpanError(f"at most {MAX_SPANS} spans may be declared, got {len(spans)}")
+    result: list[Span] = []
+    expected = 0
+    for index, item in enumerate(spans):
+        if not isinstance(item, Mapping):
+            raise SpanError(f"spans[{index}] must be an object with start, end and label")
+        start = _int_field(item, "start", index)
+        end = _int_field(item, "end", index)
+        label = item.get("label")
+        if not isinstance(label, str) or not label.strip():
+            raise SpanError(f"spans[{index}].label must be a non-blank string")
+        if len(label) > LABEL_MAX_CHARS:
+            raise SpanError(
+                f"spans[{index}].label is {len(label)} characters long;"
+                f" at most {LABEL_MAX_CHARS} are allowed"
+            )
+        if end <= start:
+            raise SpanError(
+                f"spans[{index}] is empty or reversed (start {start}, end {end});"
+                " end must be greater than start"
+            )
+        if start != expected:
+            if index == 0:
+                reason = f"spans[0] starts at {start}; the first span must start at 0"
+            elif start < result[-1].start:
+                reason = (
+                    f"spans[{index}] starts at {start}, before spans[{index - 1}]"
+                    f" (which starts at {result[-1].start}): list spans in body order"
+                )
+            elif start < expected:
+                reason = (
+                    f"spans[{index}] starts at {start} but spans[{index - 1}] ends at"
+                    f" {expected}: spans must not overlap"
+                )
+            else:
+                reason = (
+                    f"spans[{index}] starts at {start} but spans[{index - 1}] ends at"
+                    f" {expected}: characters {expected}..{start - 1} are in no span (gap)"
+                )
+            raise SpanError(reason)
+        if end > n:
+            raise SpanError(
+                f"spans[{index}] ends at {end}, past the end of the body ({n} characters)"
+            )
+        result.append(Span(start, end, label))
+        expected = end
+    if expected != n:
+        raise SpanError(
+            f"the last span ends at {expected} but the body has {n} characters:"
+            " spans must cover the whole body"
+        )
+    return Projection("declared", tuple(result), lossless=True)
+
+
+def project(
+    entity_type: str,
+    body: str,
+    *,
+    declared: Sequence[Mapping[str, Any]] | None = None,
+    evidence_lines: int = EVIDENCE_LINES_DEFAULT,
+) -> Projection | None:
+    """Choose and apply the projection for a memory (contract §7).
+
+    ``declared`` given (even an empty list) → :func:`declared_spans` (may raise
+    :class:`SpanError`); type ``observation`` → :func:`cut_evidence` with ``evidence_lines``;
+    a type in :data:`NEVER_CUT_TYPES` → ``None``; any other type → :func:`cut_prose`. ``None``
+    means the body is not cut. The type is compared case-insensitively after stripping.
+    """
+    if declared is not None:
+        return declared_spans(body, declared)
+    kind = entity_type.strip().lower()
+    if kind == EVIDENCE_TYPE:
+        return cut_evidence(body, lines_per_span=evidence_lines)
+    if kind in NEVER_CUT_TYPES:
+        return None
+    return cut_prose(body)

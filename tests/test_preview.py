@@ -1,0 +1,114 @@
+"""Content previews (contract §5): fit, cut at whitespace, hard cut, ellipsis, prefix form."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.domain.preview import preview, preview_prefix
+
+
+def reference(content: str, budget: int) -> tuple[str, bool]:
+    """The §5 rule, written as plainly as possible."""
+    if len(content) <= budget:
+        return content, False
+    spaces = [i for i in range(budget + 1) if content[i].isspace()]
+    kept = content[: spaces[-1]] if spaces and 2 * spaces[-1] >= budget else content[:budget]
+    return kept.rstrip() + "...", True
+
+
+def test_content_that_fits_is_unchanged() -> None:
+    assert preview("hello world", 11) == ("hello world", False)
+    assert preview("hello world", 500) == ("hello world", False)
+    assert preview("", 0) == ("", False)
+    assert preview("", 10) == ("", False)
+    assert preview("  padded  ", 10) == ("  padded  ", False)  # not stripped when it fits
+
+
+def test_cut_at_the_last_whitespace_within_the_budget() -> None:
+    assert preview("hello world foo", 12) == ("hello world...", True)
+    assert preview("hello world foo", 13) == ("hello world...", True)
+    # whitespace exactly at position == budget counts: the kept text is exactly `budget` long
+    assert preview("hello world foo", 11) == ("hello world...", True)
+    assert preview("one two three four", 9) == ("one two...", True)
+
+
+def test_hard_cut_when_the_last_whitespace_is_before_half_the_budget() -> None:
+    assert preview("ab " + "x" * 20, 10) == ("ab xxxxxxx...", True)
+    assert preview("x" * 30, 10) == ("x" * 10 + "...", True)  # no whitespace at all
+    # whitespace at exactly half the budget is not "before half": it is used
+    assert preview("abcde fghijklmnop", 10) == ("abcde...", True)
+    assert preview("abcd efghijklmnop", 10) == ("abcd efghi...", True)
+
+
+def test_kept_text_is_right_stripped() -> None:
+    assert preview("abc    \n\n  defgh", 9) == ("abc...", True)
+    assert preview("word\t\t\t\tmore", 8) == ("word...", True)
+    assert preview(" " * 20, 5) == ("...", True)
+
+
+def test_unicode_whitespace_counts() -> None:
+    assert preview("alpha\u00a0beta gamma", 11) == ("alpha\u00a0beta...", True)
+    assert preview("alpha\u2003betagamma", 9) == ("alpha...", True)
+
+
+def test_budget_zero() -> None:
+    assert preview("x", 0) == ("...", True)
+    assert preview("   ", 0) == ("...", True)
+    assert preview("", 0) == ("", False)
+
+
+def test_negative_budget_is_a_programming_error() -> None:
+    with pytest.raises(ValueError):
+        preview("abc", -1)
+    with pytest.raises(ValueError):
+        preview_prefix("abc", 3, -1)
+
+
+def test_preview_prefix_validates_its_input() -> None:
+    with pytest.raises(ValueError):
+        preview_prefix("abc", 10, 5)  # content longer than budget but prefix too short
+    with pytest.raises(ValueError):
+        preview_prefix("abcdef", 3, 10)  # prefix longer than the content
+    with pytest.raises(ValueError):
+        preview_prefix("ab", 3, 10)  # fitting content must be passed whole
+    assert preview_prefix("hello world foo bar", 100, 12) == ("hello world...", True)
+    assert preview_prefix("hello", 5, 12) == ("hello", False)
+
+
+_text = st.text(
+    alphabet=st.sampled_from(["a", "b", " ", "\n", "\t", "\u00a0", "é", "\u2028", "-"]),
+    max_size=120,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_text, st.integers(0, 130))
+def test_preview_follows_the_rule(content: str, budget: int) -> None:
+    text, truncated = preview(content, budget)
+    assert (text, truncated) == reference(content, budget)
+    if truncated:
+        assert text.endswith("...")
+        kept = text[:-3]
+        assert len(kept) <= budget
+        assert content.startswith(kept)
+        assert kept == kept.rstrip()
+    else:
+        assert text == content
+
+
+@settings(max_examples=500, deadline=None)
+@given(_text, st.integers(0, 130))
+def test_preview_prefix_agrees_with_preview(content: str, budget: int) -> None:
+    prefix = content[: budget + 1]
+    assert preview_prefix(prefix, len(content), budget) == preview(content, budget)
+    # a longer prefix than needed gives the same answer too
+    assert preview_prefix(content, len(content), budget) == preview(content, budget)
+
+
+def test_large_budget_is_fast_on_unbroken_text() -> None:
+    content = "x" * 100_000
+    assert preview(content, 50_000) == ("x" * 50_000 + "...", True)
+    spaced = ("y" * 30_000) + " " + ("z" * 30_000)
+    assert preview(spaced, 50_000) == ("y" * 30_000 + "...", True)
