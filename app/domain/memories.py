@@ -146,7 +146,7 @@ async def _write_cut(
     if projection is not None:
         rows = [
             writes.PassageRow(
-                id=passage_id(org_id, data.id, revision, i),
+                id=passage_id(data.id, revision, i, data.content[s.start : s.end]),
                 passage_index=i,
                 start_offset=s.start,
                 end_offset=s.end,

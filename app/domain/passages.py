@@ -5,15 +5,15 @@ from __future__ import annotations
 import hashlib
 
 
-def passage_id(org_id: str, parent_id: str, revision: int, index: int) -> str:
-    """The id of span ``index`` of ``parent_id`` at ``revision``: minted per (parent, revision,
-    index), so an edit re-mints every id and an old id is a 404, never different text.
+def passage_id(parent_id: str, revision: int, index: int, text: str) -> str:
+    """The id of span ``index`` of ``parent_id`` at ``revision`` holding ``text``.
 
-    Shape: ``passage_`` + 16 hex digits of SHA-256 (64 bits; collisions are negligible).
+    Minted per (parent, revision, index) and the span's text, so an edit re-mints every id, an
+    old id is a 404 rather than silently different text, and a memory deleted and re-created
+    with other text never revives an old id. Shape: ``passage_`` + 16 hex digits of SHA-256.
+    Ids are unique per org (the key is (org_id, id)), so the org takes no part in the hash.
     """
-    digest = hashlib.sha256(
-        f"{org_id}\x1f{parent_id}\x1f{revision}\x1f{index}".encode()
-    ).hexdigest()
+    digest = hashlib.sha256(f"{parent_id}\x1f{revision}\x1f{index}\x1f{text}".encode()).hexdigest()
     return "passage_" + digest[:16]
 
 
