@@ -1,0 +1,236 @@
+"""NDJSON bulk import (contract §9): idempotent, batched, bad lines reported, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from app.importers import ndjson
+
+SIBYL = str(Path(sys.executable).with_name("sibyl-pg"))
+
+
+def sample(org: str, sfx: str) -> list[dict]:
+    user = f"user_ann_{sfx}"
+    long_body = "\n\n".join(f"# Part {i}\n\n" + "lorem ipsum dolor " * 60 for i in range(4))
+    return [
+        {"kind": "org", "id": org, "name": "Python"},
+        {"kind": "user", "id": user, "org": org, "handle": "ann", "role": "member"},
+        {
+            "kind": "project",
+            "id": "proj_typing",
+            "org": org,
+            "name": "Typing",
+            "visibility": "private",
+        },
+        {"kind": "member", "project": "proj_typing", "user": user, "role": "contributor"},
+        {
+            "kind": "entity",
+            "id": "pep_0484",
+            "org": org,
+            "type": "decision",
+            "name": "PEP 484",
+            "content": long_body,
+            "project": "proj_typing",
+            "owner": user,
+            "metadata": {"n": 484},
+        },
+        {
+            "kind": "entity",
+            "id": "pep_0526",
+            "org": org,
+            "type": "decision",
+            "name": "PEP 526",
+            "content": "Builds on [[pep_0484]] and [[nope]].",
+            "project": "proj_typing",
+            "scope": "project",
+            "owner": user,
+        },
+        {
+            "kind": "entity",
+            "id": "pep_0999",
+            "org": org,
+            "type": "note",
+            "name": "Draft",
+            "content": "secret",
+            "owner": user,
+        },
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "pep_0526",
+            "dst": "pep_0484",
+            "relationship": "depends_on",
+        },
+        {"kind": "mention", "org": org, "src": "pep_0484", "dst": "pep_0526"},
+        {"kind": "grant", "entity": "pep_0999", "user": user},
+    ]
+
+
+async def counts(engine, org: str) -> dict[str, int]:
+    out = {}
+    async with engine.connect() as conn:
+        for table in (
+            "entities",
+            "passages",
+            "edges",
+            "mentions",
+            "entity_grants",
+            "project_members",
+        ):
+            n = await conn.execute(
+                text(f"SELECT count(*) FROM {table} WHERE org_id = :o"), {"o": org}
+            )
+            out[table] = n.scalar_one()
+        rev = await conn.execute(
+            text("SELECT max(revision), max(updated_at)::text FROM entities WHERE org_id = :o"),
+            {"o": org},
+        )
+        out["state"] = tuple(rev.one())  # type: ignore[assignment]
+    return out
+
+
+def write(tmp_path: Path, records: list[dict], extra: str = "") -> Path:
+    path = tmp_path / "in.ndjson"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n" + extra)
+    return path
+
+
+async def test_import_cuts_derives_and_is_idempotent(engine, tmp_path):
+    org, sfx = "org_imp_" + secrets.token_hex(3), secrets.token_hex(3)
+    path = write(tmp_path, sample(org, sfx))
+    first = await ndjson.import_records(engine, ndjson.read_file(path))
+    assert first.outcomes["entity:created"] == 3
+    assert first.relationships == {"DEPENDS_ON": 1}
+    after_first = await counts(engine, org)
+    assert after_first["passages"] >= 2  # the long body was cut on import
+    # [[pep_0484]] became a derived mention; [[nope]] does not exist and was dropped
+    assert after_first["mentions"] == 2
+    assert after_first["edges"] == 1 and after_first["entity_grants"] == 1
+    second = await ndjson.import_records(engine, ndjson.read_file(path))
+    assert second.outcomes["entity:unchanged"] == 3
+    assert second.outcomes["edge:unchanged"] == 1
+    assert await counts(engine, org) == after_first  # a repeated import changes nothing
+
+
+async def test_bad_line_is_reported_and_its_batch_not_written(engine, tmp_path):
+    org, sfx = "org_bad_" + secrets.token_hex(3), secrets.token_hex(3)
+    records = sample(org, sfx)
+    records.insert(
+        7,
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "pep_0526",
+            "dst": "pep_4242",
+            "relationship": "DEPENDS_ON",
+        },
+    )
+    path = write(tmp_path, records)
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(path), batch_size=4)
+    assert err.value.line == 8
+    assert "does not exist" in err.value.reason
+    # batch 1 (lines 1-4) committed; batch 2 (lines 5-8) holds the bad line: none of it written
+    got = await counts(engine, org)
+    assert got["project_members"] == 1 and got["entities"] == 0 and got["passages"] == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"kind": "entity", "id": "bad id!", "org": "o", "type": "note", "name": "n"}', "id"),
+        ('{"kind": "spaceship", "id": "x"}', "kind"),
+        (
+            '{"kind": "edge", "org": "o", "src": "a", "dst": "b", "relationship": "NO-DASH"}',
+            "relationship",
+        ),
+    ],
+)
+def test_malformed_lines_name_their_line(line, reason):
+    with pytest.raises(ndjson.ImportError_) as err:
+        ndjson.parse_line(12, line)
+    assert err.value.line == 12 and reason in str(err.value)
+
+
+async def test_rule_violations_are_400_style_reasons(engine, tmp_path):
+    org, sfx = "org_rules_" + secrets.token_hex(3), secrets.token_hex(3)
+    base = sample(org, sfx)[:4]
+    for bad, reason in [
+        (
+            {
+                "kind": "entity",
+                "id": "x",
+                "org": org,
+                "type": "note",
+                "name": "x",
+                "scope": "org",
+                "project": "proj_typing",
+            },
+            "org-scoped",
+        ),
+        (
+            {
+                "kind": "entity",
+                "id": "passage_x",
+                "org": org,
+                "type": "note",
+                "name": "x",
+                "owner": f"user_ann_{sfx}",
+            },
+            "passage_",
+        ),
+        ({"kind": "entity", "id": "x", "org": org, "type": "note", "name": "x"}, "owner"),
+        ({"kind": "edge", "org": org, "src": "a", "dst": "a", "relationship": "BLOCKS"}, "own"),
+        (
+            {
+                "kind": "entity",
+                "id": "d",
+                "org": org,
+                "type": "note",
+                "name": "d",
+                "content": "abc",
+                "owner": f"user_ann_{sfx}",
+                "spans": [{"start": 0, "end": 2, "label": "x"}],
+            },
+            "span",
+        ),
+    ]:
+        path = write(tmp_path, [*base, bad])
+        with pytest.raises(ndjson.ImportError_) as err:
+            await ndjson.import_records(engine, ndjson.read_file(path))
+        assert err.value.line == 5 and reason in err.value.reason, err.value.reason
+
+
+def test_cli_import_and_keys_create(database_url, tmp_path):
+    org, sfx = "org_cli_" + secrets.token_hex(3), secrets.token_hex(3)
+    path = write(tmp_path, sample(org, sfx), extra="\n")
+    env = {**os.environ, "DATABASE_URL": database_url}
+    done = subprocess.run(
+        [SIBYL, "import", str(path)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "entity: 3 created" in done.stdout and "1 DEPENDS_ON" in done.stdout
+    key = subprocess.run(
+        [SIBYL, "keys", "create", "--user", f"user_ann_{sfx}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert key.returncode == 0, key.stderr
+    assert key.stdout.count("\n") == 1 and key.stdout.startswith("sibyl_")
+    bad = write(tmp_path, [{"kind": "org", "id": org}])
+    failed = subprocess.run(
+        [SIBYL, "import", str(bad)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert failed.returncode == 1 and "line 1" in failed.stderr
+    assert "Traceback" not in failed.stderr
