@@ -329,6 +329,13 @@ def _neighbor(g: Graph, node_id: str, hop: Hop, distance: int) -> dict[str, Any]
         "passage_index": passage.index if passage else None,
         "project_id": _node_project(g, node_id),
         "lifecycle": _node_lifecycle(g, node_id),
+        # The community a SHARES_COMMUNITY hop went through: the smallest one shared with the
+        # predecessor (the service reports it as metadata.community_id).
+        "community_id": (
+            min(c for c, ms in g.communities.items() if hop.src in ms and node_id in ms)
+            if hop.rel == SHARES_COMMUNITY
+            else None
+        ),
     }
 
 
@@ -348,7 +355,8 @@ def expand(
 
     ``depth`` and ``limit`` are assumed already clamped. Returns ``origins``, ``unresolved``,
     ``neighbors`` (dicts with id, type, relationship, direction, distance, score,
-    parent_entity_id, passage_index, project_id, lifecycle), ``total`` and ``truncated``.
+    parent_entity_id, passage_index, project_id, lifecycle, community_id), ``total`` and
+    ``truncated``.
     """
     rel_filter = (
         None if relationship_types is None else frozenset(r.upper() for r in relationship_types)

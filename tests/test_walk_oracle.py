@@ -29,6 +29,7 @@ FIELDS = (
     "passage_index",
     "project_id",
     "lifecycle",
+    "community_id",
 )
 
 
@@ -47,6 +48,11 @@ def _own_users(g: oracle.Graph, readers: list[oracle.Reader], suffix: str):
 
 
 def _project(neighbors: list[dict]) -> list[dict]:
+    # The service names a SHARES_COMMUNITY hop's community in metadata; the oracle in a field.
+    neighbors = [
+        {**n, "community_id": n["metadata"].get("community_id")} if "metadata" in n else n
+        for n in neighbors
+    ]
     return [{**{f: n[f] for f in FIELDS}, "score": round(n["score"], 6)} for n in neighbors]
 
 

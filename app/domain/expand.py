@@ -145,6 +145,8 @@ def _neighbor(row: walk_repo.WalkRow, preview_chars: int) -> Neighbor:
         metadata = {"breadcrumb": row.breadcrumb, "passage_total": row.passage_total}
     else:
         metadata = dict(row.metadata)
+    if row.community_id is not None:  # reached by SHARES_COMMUNITY: name the community
+        metadata["community_id"] = row.community_id
     metadata["content_truncated"] = cut
     name = (
         passage_name(row.name, row.passage_index or 0, row.passage_total, row.breadcrumb)

@@ -17,6 +17,10 @@ distance, not a per-path one. A level is built in three nested steps:
 
 The final SELECT scores each node, filters ``types`` (the answer, never the route), orders by
 score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``.
+For a node reached by the synthetic ``SHARES_COMMUNITY`` hop it also names the community: the
+smallest community id the node shares with its chosen predecessor (a seed). That is the
+community of the arm's first row for the node, since the arm orders by entity id, then
+community id; computing it in the final SELECT keeps the CTE's columns unchanged.
 """
 
 from __future__ import annotations
@@ -198,7 +202,16 @@ LEFT JOIN LATERAL (
            coalesce(te.metadata, CAST('{{}}' AS jsonb)) AS metadata,
            left(coalesce(te.content, pp.content), :preview_chars + 1) AS content_prefix,
            length(coalesce(te.content, pp.content)) AS content_length,
-           pp.passage_index, pp.parent_id, pp.breadcrumb, pe.passage_total
+           pp.passage_index, pp.parent_id, pp.breadcrumb, pe.passage_total,
+           CASE WHEN w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1 THEN (
+             -- the community behind a synthetic hop: the smallest one the node shares with
+             -- its predecessor (a seed); both ends already passed the read rule
+             SELECT min(c1.community_id)
+             FROM community_members c1
+             JOIN community_members c2
+               ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
+             WHERE c1.org_id = :r_org AND c1.entity_id = w.pred AND c2.entity_id = w.id
+           ) END AS community_id
     FROM walk w
     LEFT JOIN entities te ON te.org_id = :r_org AND te.id = w.id
     LEFT JOIN passages pp ON pp.org_id = :r_org AND pp.id = w.id
@@ -232,6 +245,7 @@ class WalkRow:
     parent_id: str | None
     breadcrumb: str | None
     passage_total: int | None
+    community_id: str | None = None  # for a SHARES_COMMUNITY hop: the community it went through
 
 
 async def resolve_seeds(
@@ -268,6 +282,7 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> tuple[lis
             parent_id=r.parent_id,
             breadcrumb=r.breadcrumb,
             passage_total=r.passage_total,
+            community_id=r.community_id,
         )
         for r in rows
         if r.id is not None

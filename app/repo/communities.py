@@ -1,0 +1,139 @@
+"""SQL of the community job (issue 6): read one org's memories and links, replace its communities.
+
+This is a batch job run by an operator (``sibyl-pg communities rebuild``), not a read path: it
+serves nothing to a reader, so it embeds no read rule. It reads every memory and link of one org;
+which of them take part is decided by the rules of :mod:`app.domain.communities` (only links
+whose two ends are non-retired, non-private memories of the same audience), and the walk still
+applies the read rule to every community member it returns (``docs/communities.md``).
+
+Every statement starts with a constant ``/* sibyl:communities.* */`` comment, binds its values
+(arrays, not IN-lists) and is bounded by ``org_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+# Two plain scans bounded by org_id, one table each: no join for a planner to get wrong on a
+# freshly imported org (stale statistics once turned a joined version into a 2 s nested loop).
+MEMORIES_SQL = text(
+    """/* sibyl:communities.memories */
+SELECT id, scope, project_id, lifecycle FROM entities WHERE org_id = :org"""
+)
+
+LINKS_SQL = text(
+    """/* sibyl:communities.links */
+SELECT src_id, dst_id FROM edges WHERE org_id = :org AND src_id <> dst_id
+UNION ALL
+SELECT src_id, dst_id FROM mentions WHERE org_id = :org AND src_id <> dst_id"""
+)
+
+# One rebuild per org at a time: a second one waits for the first to commit.
+LOCK_SQL = text(
+    """/* sibyl:communities.lock */
+SELECT pg_advisory_xact_lock(hashtextextended('sibyl:communities:' || CAST(:org AS text), 0))"""
+)
+
+DELETE_MEMBERS_SQL = text(
+    """/* sibyl:communities.delete_members */
+DELETE FROM community_members WHERE org_id = :org"""
+)
+
+DELETE_COMMUNITIES_SQL = text(
+    """/* sibyl:communities.delete */
+DELETE FROM communities WHERE org_id = :org"""
+)
+
+INSERT_COMMUNITIES_SQL = text(
+    """/* sibyl:communities.insert */
+INSERT INTO communities (org_id, id, audience, size)
+SELECT :org, c.id, c.audience, c.size
+FROM unnest(CAST(:ids AS text[]), CAST(:audiences AS text[]), CAST(:sizes AS integer[]))
+     AS c(id, audience, size)"""
+)
+
+INSERT_MEMBERS_SQL = text(
+    """/* sibyl:communities.insert_members */
+INSERT INTO community_members (org_id, community_id, entity_id)
+SELECT :org, m.community_id, m.entity_id
+FROM unnest(CAST(:community_ids AS text[]), CAST(:entity_ids AS text[]))
+     AS m(community_id, entity_id)"""
+)
+
+ORG_IDS_SQL = text(
+    """/* sibyl:communities.orgs */
+SELECT id FROM orgs ORDER BY id"""
+)
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """What detection needs to know of one memory: its id, scope, project and lifecycle."""
+
+    id: str
+    scope: str
+    project_id: str | None
+    lifecycle: str
+
+
+@dataclass(frozen=True)
+class CommunityRow:
+    """A community to store: its id, audience label and member ids."""
+
+    id: str
+    audience: str
+    members: tuple[str, ...]
+
+
+async def lock_org(conn: AsyncConnection, *, org_id: str) -> None:
+    """Take the org's rebuild lock for the rest of the transaction."""
+    await conn.execute(LOCK_SQL, {"org": org_id})
+
+
+async def memories(conn: AsyncConnection, *, org_id: str) -> list[MemoryRow]:
+    """Every memory of ``org_id`` (passages are not memories), in no particular order."""
+    rows = await conn.execute(MEMORIES_SQL, {"org": org_id})
+    return [MemoryRow(r.id, r.scope, r.project_id, r.lifecycle) for r in rows]
+
+
+async def links(conn: AsyncConnection, *, org_id: str) -> list[tuple[str, str]]:
+    """Every stored edge and mention of ``org_id`` as ``(src_id, dst_id)``, self-links left out
+    (one pair per stored row: two relationships between the same ends give two pairs)."""
+    return [(r.src_id, r.dst_id) for r in await conn.execute(LINKS_SQL, {"org": org_id})]
+
+
+async def replace_communities(
+    conn: AsyncConnection, *, org_id: str, communities: Sequence[CommunityRow]
+) -> None:
+    """Delete every community of ``org_id`` and insert ``communities`` (in the caller's
+    transaction, so readers see the old set or the new one, never a mix)."""
+    await conn.execute(DELETE_MEMBERS_SQL, {"org": org_id})
+    await conn.execute(DELETE_COMMUNITIES_SQL, {"org": org_id})
+    if not communities:
+        return
+    await conn.execute(
+        INSERT_COMMUNITIES_SQL,
+        {
+            "org": org_id,
+            "ids": [c.id for c in communities],
+            "audiences": [c.audience for c in communities],
+            "sizes": [len(c.members) for c in communities],
+        },
+    )
+    await conn.execute(
+        INSERT_MEMBERS_SQL,
+        {
+            "org": org_id,
+            "community_ids": [c.id for c in communities for _ in c.members],
+            "entity_ids": [m for c in communities for m in c.members],
+        },
+    )
+
+
+async def org_ids(conn: AsyncConnection) -> list[str]:
+    """Every org id, in id order."""
+    return [r.id for r in await conn.execute(ORG_IDS_SQL)]
