@@ -1,4 +1,4 @@
-"""NDJSON bulk import (contract §9): idempotent, batched, bad lines reported, nothing half-written."""
+"""NDJSON bulk import (§9): idempotent, batched, bad lines reported, nothing half-written."""
 
 from __future__ import annotations
 
@@ -190,6 +190,16 @@ async def test_rule_violations_are_400_style_reasons(engine, tmp_path):
         ),
         ({"kind": "entity", "id": "x", "org": org, "type": "note", "name": "x"}, "owner"),
         ({"kind": "edge", "org": org, "src": "a", "dst": "a", "relationship": "BLOCKS"}, "own"),
+        (
+            {
+                "kind": "edge",
+                "org": org,
+                "src": "a",
+                "dst": "b",
+                "relationship": "shares_community",
+            },
+            "synthetic",
+        ),
         (
             {
                 "kind": "entity",

@@ -66,3 +66,20 @@ def require_id(value: str, *, field: str) -> str:
     if not stripped:
         raise BadRequest(f"{field} must be a non-blank string")
     return stripped
+
+
+SYNTHETIC_RELATIONSHIPS = frozenset({"SHARES_COMMUNITY", "MENTIONS"})
+
+
+def stored_relationship(name: str) -> str:
+    """The upper-cased name of an edge a writer may store (contract §1, §4).
+
+    Raises ``BadRequest`` for a name outside ``[A-Za-z0-9_]{1,64}`` or a synthetic relationship
+    (``SHARES_COMMUNITY`` comes from communities, ``MENTIONS`` from links and mention records).
+    """
+    if not NAME_RE.fullmatch(name):
+        raise BadRequest("relationship must match [A-Za-z0-9_]{1,64}")
+    upper = name.upper()
+    if upper in SYNTHETIC_RELATIONSHIPS:
+        raise BadRequest(f"{upper} is synthetic and cannot be stored as an edge")
+    return upper
