@@ -1,19 +1,21 @@
 """The walk of ``expand_neighbors``: seed resolution and one recursive CTE (contract §5).
 
 Read ``docs/walk-plans.md`` for a guided tour. In short, each row of the recursive CTE ``walk`` is
-one node of one BFS level; every row of a level carries the same ``visited`` array (all nodes at
-distance ≤ that level), so the next level can skip every node seen before: a true breadth-first
-distance, not a per-path one. A level is built in three nested steps:
+one BFS *level*, its nodes held as parallel arrays (ids, relationships, directions, weights,
+predecessors), plus ``visited``: every node at distance ≤ that level. Keeping one row per level
+keeps the work table small (a row per node carrying the visited set grows quadratically), and
+lets each level anti-join its candidates against ``visited`` once, with a hash: a true
+breadth-first distance, not a per-path one. A level is built in three nested steps:
 
-1. ``hops``: for each node of the previous level, one ``LATERAL`` union of hop arms (outgoing and
-   incoming edges, outgoing and incoming mentions, a seed's community co-members (first hop
-   only), passage → parent, parent → passages). Each arm
-   joins the entered node's ``entities`` row (a passage: its parent's) and applies the read rule,
-   the lifecycle rule and the project confinement **before** its per-node cap (``LIMIT``), so an
-   unreadable memory is neither a result nor a route, and hidden rows never eat the budget.
-2. ``best``: per entered node, its best hop (highest weight, then relationship name, outgoing
-   before incoming, then predecessor id); rows past a cap only raise the ``capped`` flag.
-3. the level: at most ``:level_cap`` nodes (by weight, then id), and the visited set grows by them.
+1. ``h``: for each frontier node ``f``, one ``LATERAL`` union of hop arms (outgoing and incoming
+   edges, outgoing and incoming mentions, a seed's community co-members (first hop only),
+   passage → parent, parent → passages). Each arm joins the entered node's ``entities`` row (a
+   passage: its parent's) and applies the read rule, the lifecycle rule and the project
+   confinement **before** its per-node cap (``LIMIT :hop_cap + 1``), so an unreadable memory is
+   neither a result nor a route, and hidden rows never eat the budget.
+2. ``best``: per unvisited entered node, its best hop (highest weight, then relationship name,
+   outgoing before incoming, then predecessor id); a row past a cap only raises ``capped``.
+3. ``kept``: at most ``:level_cap`` nodes (by weight, then id) become the next level.
 
 The final SELECT scores each node, filters ``types`` (the answer, never the route), orders by
 score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``.
@@ -67,135 +69,161 @@ _PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 
 
 WALK_SQL = text(
     f"""/* sibyl:expand_neighbors */
-WITH RECURSIVE walk(id, distance, relationship, dir_rank, weight, pred, visited, capped) AS (
-    SELECT s.id COLLATE "C", 0, CAST(NULL AS text) COLLATE "C", 0, CAST(1.0 AS float8),
-           CAST(NULL AS text) COLLATE "C",
+WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, visited, capped) AS (
+    -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays
+    SELECT 0, CAST(:seed_ids AS text[]) COLLATE "C", CAST('{{}}' AS text[]) COLLATE "C",
+           CAST('{{}}' AS int[]), CAST('{{}}' AS float8[]), CAST('{{}}' AS text[]) COLLATE "C",
            CAST(:seed_ids AS text[]) COLLATE "C", false
-    FROM unnest(CAST(:seed_ids AS text[])) AS s(id)
   UNION ALL
-    SELECT lvl.id, lvl.distance, lvl.relationship, lvl.dir_rank, lvl.weight, lvl.pred,
-           lvl.prev_visited || array_agg(lvl.id) OVER (),
-           lvl.capped OR lvl.level_size > :level_cap
-    FROM (
-      SELECT best.*,
-             count(*) OVER () AS level_size,
-             row_number() OVER (ORDER BY best.weight DESC, best.id) AS level_ord
+    SELECT lvl.distance + 1, nxt.ids, nxt.relationships, nxt.dir_ranks, nxt.weights, nxt.preds,
+           lvl.visited || nxt.ids, nxt.capped
+    FROM walk lvl
+    CROSS JOIN LATERAL (
+      -- the next level: kept nodes sorted by id, and whether any bound was hit on the way
+      SELECT array_agg(kept.id ORDER BY kept.id) FILTER (WHERE kept.kept) AS ids,
+             array_agg(kept.relationship ORDER BY kept.id) FILTER (WHERE kept.kept)
+               AS relationships,
+             array_agg(kept.dir_rank ORDER BY kept.id) FILTER (WHERE kept.kept) AS dir_ranks,
+             array_agg(kept.weight ORDER BY kept.id) FILTER (WHERE kept.kept) AS weights,
+             array_agg(kept.pred ORDER BY kept.id) FILTER (WHERE kept.kept) AS preds,
+             coalesce(bool_or(kept.hop_capped OR kept.level_size > :level_cap), false)
+               AS capped
       FROM (
-        SELECT h.id, w.distance + 1 AS distance, h.relationship, h.dir_rank, h.weight,
-               w.id AS pred, w.visited AS prev_visited, h.ord,
-               w.capped OR bool_or(h.ord > :hop_cap) OVER () AS capped,
-               row_number() OVER (
-                 PARTITION BY h.id
-                 ORDER BY h.ord > :hop_cap, h.weight DESC, h.relationship, h.dir_rank, w.id
-               ) AS hop_rank
-        FROM walk w
-        CROSS JOIN LATERAL (
-          (  -- outgoing edges: w -rel-> t
-            SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
-                   {_WEIGHT.format(rel="e.relationship")} AS weight,
-                   row_number() OVER (ORDER BY e.relationship, e.dst_id) AS ord
-            FROM edges e
-            JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
-            WHERE e.org_id = :r_org AND e.src_id = w.id
-              AND e.dst_id <> ALL (w.visited)
-              AND {_allowed("e.relationship", "out_denied")}
-              AND {_ENTER}
-            ORDER BY e.relationship, e.dst_id
-            LIMIT :hop_cap + 1
-          ) UNION ALL (  -- incoming edges: t -rel-> w
-            SELECT e.src_id, e.relationship, 1,
-                   {_WEIGHT.format(rel="e.relationship")},
-                   row_number() OVER (ORDER BY e.relationship, e.src_id)
-            FROM edges e
-            JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
-            WHERE CAST(:include_incoming AS boolean)
-              AND e.org_id = :r_org AND e.dst_id = w.id
-              AND e.src_id <> ALL (w.visited)
-              AND {_allowed("e.relationship", "in_denied")}
-              AND {_ENTER}
-            ORDER BY e.relationship, e.src_id
-            LIMIT :hop_cap + 1
-          ) UNION ALL (  -- outgoing mentions: w mentions t
-            SELECT m.dst_id, 'MENTIONS', 0,
-                   {_WEIGHT.format(rel="'MENTIONS'")},
-                   row_number() OVER (ORDER BY m.dst_id)
-            FROM mentions m
-            JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-            WHERE m.org_id = :r_org AND m.src_id = w.id
-              AND m.dst_id <> ALL (w.visited)
-              AND {_allowed("'MENTIONS'", "out_denied")}
-              AND {_ENTER}
-            ORDER BY m.dst_id
-            LIMIT :hop_cap + 1
-          ) UNION ALL (  -- incoming mentions: t mentions w
-            SELECT m.src_id, 'MENTIONS', 1,
-                   {_WEIGHT.format(rel="'MENTIONS'")},
-                   row_number() OVER (ORDER BY m.src_id)
-            FROM mentions m
-            JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
-            WHERE CAST(:include_incoming AS boolean)
-              AND m.org_id = :r_org AND m.dst_id = w.id
-              AND m.src_id <> ALL (w.visited)
-              AND {_allowed("'MENTIONS'", "in_denied")}
-              AND {_ENTER}
-            ORDER BY m.src_id
-            LIMIT :hop_cap + 1
-          ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
-            SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                   {_WEIGHT.format(rel="'SHARES_COMMUNITY'")},
-                   row_number() OVER (ORDER BY c2.entity_id, c2.community_id)
-            FROM community_members c1
-            JOIN community_members c2
-              ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-            JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
-            WHERE w.distance = 0
-              AND c1.org_id = :r_org AND c1.entity_id = w.id
-              AND c2.entity_id <> ALL (w.visited)
-              AND {_allowed("'SHARES_COMMUNITY'", "out_denied")}
-              AND {_ENTER}
-            ORDER BY c2.entity_id, c2.community_id
-            LIMIT :hop_cap + 1
-          ) UNION ALL (  -- passage to its parent: w -PART_OF|DERIVED_FROM-> t
-            SELECT t.id, {_PASSAGE_REL}, 0,
-                   {_WEIGHT.format(rel=_PASSAGE_REL)},
-                   CAST(1 AS bigint)
-            FROM passages p
-            JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-            WHERE p.org_id = :r_org AND p.id = w.id
-              AND t.id <> ALL (w.visited)
-              AND {_allowed(_PASSAGE_REL, "out_denied")}
-              AND {_ENTER}
-          ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> w
-            SELECT p.id, {_PASSAGE_REL}, 1,
-                   {_WEIGHT.format(rel=_PASSAGE_REL)},
-                   row_number() OVER (ORDER BY p.passage_index)
-            FROM passages p
-            JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-            WHERE CAST(:include_incoming AS boolean)
-              AND p.org_id = :r_org AND p.parent_id = w.id
-              AND p.id <> ALL (w.visited)
-              AND {_allowed(_PASSAGE_REL, "in_denied")}
-              AND {_ENTER}
-            ORDER BY p.passage_index
-            LIMIT :hop_cap + 1
-          )
-        ) h
-        WHERE w.distance < :depth
-      ) best
-      WHERE best.hop_rank = 1 AND best.ord <= :hop_cap
-    ) lvl
-    WHERE lvl.level_ord <= :level_cap
+        -- step 3: at most :level_cap nodes a level, by weight then id
+        SELECT best.*,
+               best.in_cap AND row_number() OVER (
+                 ORDER BY NOT best.in_cap, best.weight DESC, best.id) <= :level_cap AS kept,
+               count(*) FILTER (WHERE best.in_cap) OVER () AS level_size
+        FROM (
+          -- step 2: each unvisited node's best hop from the previous level: highest weight,
+          -- then relationship name, outgoing before incoming, then predecessor id
+          SELECT DISTINCT ON (h.id)
+                 h.id, h.relationship, h.dir_rank, h.weight, f.id AS pred,
+                 h.ord <= :hop_cap AS in_cap,
+                 bool_or(h.ord > :hop_cap) OVER () AS hop_capped
+          FROM unnest(lvl.ids) AS f(id)
+          -- step 1: every allowed hop from each frontier node f into a node t that is readable,
+          -- not retired and inside `project`; at most :hop_cap + 1 rows per node and arm (the
+          -- extra row only tells that the cap was hit)
+          CROSS JOIN LATERAL (
+            (  -- outgoing edges: f -rel-> t
+              SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
+                     {_WEIGHT.format(rel="e.relationship")} AS weight,
+                     row_number() OVER (ORDER BY e.relationship, e.dst_id) AS ord
+              FROM edges e
+              JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
+              WHERE e.org_id = :r_org AND e.src_id = f.id
+                AND {_allowed("e.relationship", "out_denied")}
+                AND {_ENTER}
+              ORDER BY e.relationship, e.dst_id
+              LIMIT :hop_cap + 1
+            ) UNION ALL (  -- incoming edges: t -rel-> f
+              SELECT e.src_id, e.relationship, 1,
+                     {_WEIGHT.format(rel="e.relationship")},
+                     row_number() OVER (ORDER BY e.relationship, e.src_id)
+              FROM edges e
+              JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
+              WHERE CAST(:include_incoming AS boolean)
+                AND e.org_id = :r_org AND e.dst_id = f.id
+                AND {_allowed("e.relationship", "in_denied")}
+                AND {_ENTER}
+              ORDER BY e.relationship, e.src_id
+              LIMIT :hop_cap + 1
+            ) UNION ALL (  -- outgoing mentions: f mentions t
+              SELECT m.dst_id, 'MENTIONS', 0,
+                     {_WEIGHT.format(rel="'MENTIONS'")},
+                     row_number() OVER (ORDER BY m.dst_id)
+              FROM mentions m
+              JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
+              WHERE m.org_id = :r_org AND m.src_id = f.id
+                AND {_allowed("'MENTIONS'", "out_denied")}
+                AND {_ENTER}
+              ORDER BY m.dst_id
+              LIMIT :hop_cap + 1
+            ) UNION ALL (  -- incoming mentions: t mentions f
+              SELECT m.src_id, 'MENTIONS', 1,
+                     {_WEIGHT.format(rel="'MENTIONS'")},
+                     row_number() OVER (ORDER BY m.src_id)
+              FROM mentions m
+              JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
+              WHERE CAST(:include_incoming AS boolean)
+                AND m.org_id = :r_org AND m.dst_id = f.id
+                AND {_allowed("'MENTIONS'", "in_denied")}
+                AND {_ENTER}
+              ORDER BY m.src_id
+              LIMIT :hop_cap + 1
+            ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
+              SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
+                     {_WEIGHT.format(rel="'SHARES_COMMUNITY'")},
+                     row_number() OVER (ORDER BY c2.entity_id, c2.community_id)
+              FROM community_members c1
+              JOIN community_members c2
+                ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
+              JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
+              WHERE lvl.distance = 0
+                AND c1.org_id = :r_org AND c1.entity_id = f.id
+                AND {_allowed("'SHARES_COMMUNITY'", "out_denied")}
+                AND {_ENTER}
+              ORDER BY c2.entity_id, c2.community_id
+              LIMIT :hop_cap + 1
+            ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t
+              SELECT t.id, {_PASSAGE_REL}, 0,
+                     {_WEIGHT.format(rel=_PASSAGE_REL)},
+                     CAST(1 AS bigint)
+              FROM passages p
+              JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
+              WHERE p.org_id = :r_org AND p.id = f.id
+                AND {_allowed(_PASSAGE_REL, "out_denied")}
+                AND {_ENTER}
+            ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
+              SELECT p.id, {_PASSAGE_REL}, 1,
+                     {_WEIGHT.format(rel=_PASSAGE_REL)},
+                     row_number() OVER (ORDER BY p.passage_index)
+              FROM passages p
+              JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
+              WHERE CAST(:include_incoming AS boolean)
+                AND p.org_id = :r_org AND p.parent_id = f.id
+                AND {_allowed(_PASSAGE_REL, "in_denied")}
+                AND {_ENTER}
+              ORDER BY p.passage_index
+              LIMIT :hop_cap + 1
+            )
+          ) h
+          LEFT JOIN unnest(lvl.visited) AS v(id) ON v.id = h.id
+          WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
+          ORDER BY h.id, h.ord > :hop_cap, h.weight DESC, h.relationship, h.dir_rank, f.id
+        ) best
+      ) kept
+    ) nxt
+    WHERE lvl.distance < :depth AND (nxt.ids IS NOT NULL OR nxt.capped)
 ),
 flags AS (
     SELECT coalesce(bool_or(capped), false) AS capped FROM walk
+),
+nodes AS (
+    SELECT lvl.distance, n.id, n.relationship, n.dir_rank, n.weight, n.pred
+    FROM walk lvl
+    CROSS JOIN LATERAL unnest(lvl.ids, lvl.relationships, lvl.dir_ranks, lvl.weights, lvl.preds)
+      AS n(id, relationship, dir_rank, weight, pred)
+    WHERE lvl.distance >= 1
+),
+top AS (
+    -- rank on what the index holds (type), so only the returned rows' bodies are read
+    SELECT w.id, w.distance, w.relationship, w.dir_rank, w.pred,
+           least(greatest(w.weight * power(CAST(:decay AS float8), w.distance - 1),
+                          CAST(:score_min AS float8)), CAST(:score_max AS float8)) AS score,
+           coalesce(te.type, 'passage') AS type
+    FROM nodes w
+    LEFT JOIN entities te ON te.org_id = :r_org AND te.id = w.id
+    WHERE (CAST(:types AS text[]) IS NULL
+           OR coalesce(te.type, 'passage') = ANY(CAST(:types AS text[])))
+    ORDER BY score DESC, w.distance, w.id
+    LIMIT :limit + 1
 )
 SELECT f.capped, r.*
 FROM flags f
 LEFT JOIN LATERAL (
-    SELECT w.id, w.distance, w.relationship, w.dir_rank,
-           least(greatest(w.weight * power(CAST(:decay AS float8), w.distance - 1),
-                          CAST(:score_min AS float8)), CAST(:score_max AS float8)) AS score,
-           coalesce(te.type, 'passage') AS type,
+    SELECT w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
            coalesce(te.name, pe.name) AS name,
            coalesce(te.project_id, pe.project_id) AS project_id,
            coalesce(te.lifecycle, pe.lifecycle) AS lifecycle,
@@ -212,15 +240,11 @@ LEFT JOIN LATERAL (
                ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
              WHERE c1.org_id = :r_org AND c1.entity_id = w.pred AND c2.entity_id = w.id
            ) END AS community_id
-    FROM walk w
+    FROM top w
     LEFT JOIN entities te ON te.org_id = :r_org AND te.id = w.id
     LEFT JOIN passages pp ON pp.org_id = :r_org AND pp.id = w.id
     LEFT JOIN entities pe ON pe.org_id = :r_org AND pe.id = pp.parent_id
-    WHERE w.distance >= 1
-      AND (CAST(:types AS text[]) IS NULL
-           OR coalesce(te.type, 'passage') = ANY(CAST(:types AS text[])))
-    ORDER BY score DESC, w.distance, w.id
-    LIMIT :limit + 1
+    ORDER BY w.score DESC, w.distance, w.id
 ) r ON true"""
 )
 
