@@ -1,0 +1,164 @@
+"""The MCP write tools (issue 5): ``remember`` (create or edit a memory) and ``link`` (write an
+edge). Thin adapters over :mod:`app.domain.entities`, the verbs REST's ``POST``/``PATCH
+/api/entities`` and ``POST /api/edges`` call, through :func:`app.domain.session.run_write`: one
+transaction per call, and the key must hold the ``write`` scope (a read-only key gets the tool
+error "This key lacks the 'write' scope" and nothing changes). A domain error is a tool error
+whose text is exactly REST's ``detail``. Arguments are validated as strictly as the read tools'
+(:func:`app.mcp.server.read_tool`); only the annotations differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import BaseModel, Field, StrictInt, StrictStr
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.errors import BadRequest, DomainError
+from app.core.settings import get_settings
+from app.domain import entities as verbs
+from app.domain.reader import Reader
+from app.domain.session import run_write
+from app.domain.write_schemas import (
+    SPANS_DESCRIPTION,
+    EdgeIn,
+    EdgeOut,
+    EntityCreate,
+    EntityOut,
+    EntityPatch,
+    Lifecycle,
+    Scope,
+    SpanIn,
+)
+from app.mcp.server import Surface, read_tool, tool_error, tool_result
+
+REMEMBER_ANNOTATIONS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+LINK_ANNOTATIONS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
+REMEMBER = """Save a memory, or edit one you hold the id of. Needs a key with the `write` scope.
+
+To create, omit `entity_id` and give `type` (a lower-case word: note, decision, task, \
+observation...) and `name`; the memory is yours, and its id comes back in `id` (cite it). \
+`project` puts it in a project where you are a contributor or more (`scope` defaults to \
+`project` then, else `private`: only you and those you share it with read it); `scope: "org"` \
+makes it readable by the whole org. To edit, pass `entity_id` and only the fields to change \
+(`metadata` is replaced whole); pass `if_match_revision` (the `revision` you last read) to be \
+refused, with nothing changed, if someone changed it since.
+
+Write `[[entity_id]]` in `content` to link a memory you can read (it becomes a mention). A body \
+over 2000 characters is cut into spans (passages) readable with `fetch_slice`; editing the body \
+re-cuts it, and old span ids stop resolving. Mark a memory `superseded` or `retired` with \
+`lifecycle`. "Entity not found" means absent or not visible to you."""
+
+LINK = """Write a typed edge `src -relationship-> dst` between two memories. Needs a key with the \
+`write` scope, write access to `src` and read access to `dst`.
+
+Direction: dependent → dependency (`task_b DEPENDS_ON task_a`), newer → older (`plan SUPERSEDES \
+decision`: the older one is then marked superseded; needs write access to it too, as does \
+CONTRADICTS), blocker → blocked (`BLOCKS`). Names are upper-cased; `[A-Za-z0-9_]{1,64}`. Writing \
+an edge that exists changes nothing (`created: false`). An edge to itself, or a SUPERSEDES edge \
+that would close a cycle, is refused. "Entity not found" means absent or not visible to you."""
+
+
+def _about(model: type[BaseModel], field: str, fallback: str | None = None) -> Any:
+    return Field(description=model.model_fields[field].description or fallback)
+
+
+async def run_tool_write(
+    surface: Surface, ctx: Context, verb: Callable[[AsyncConnection, Reader], Awaitable[BaseModel]]
+) -> CallToolResult:
+    """Run ``verb`` through :func:`run_write` as REST does; a domain error is a tool error."""
+    try:
+        response = await run_write(surface.engine(), surface.key(ctx), verb)
+    except DomainError as exc:
+        return tool_error(exc.detail)
+    return tool_result(response)
+
+
+def write_tools(surface: Surface) -> list[Tool]:
+    """The ``remember`` and ``link`` tools on ``surface`` (engine, key provider, settings)."""
+    evidence_lines = (surface.settings or get_settings()).evidence_lines
+
+    async def remember(
+        ctx: Context,
+        entity_id: Annotated[
+            StrictStr | None,
+            Field(description="The memory to edit; omit to create a new one."),
+        ] = None,
+        type: Annotated[StrictStr | None, _about(EntityCreate, "type")] = None,
+        name: Annotated[StrictStr | None, _about(EntityCreate, "name")] = None,
+        content: Annotated[StrictStr | None, _about(EntityCreate, "content")] = None,
+        scope: Annotated[Scope | None, _about(EntityCreate, "scope")] = None,
+        project: Annotated[StrictStr | None, _about(EntityCreate, "project")] = None,
+        lifecycle: Annotated[Lifecycle | None, _about(EntityCreate, "lifecycle")] = None,
+        metadata: Annotated[dict[str, Any] | None, _about(EntityCreate, "metadata")] = None,
+        spans: Annotated[list[SpanIn] | None, Field(description=SPANS_DESCRIPTION)] = None,
+        if_match_revision: Annotated[
+            StrictInt | None,
+            Field(description="Edit only if the memory is still at this revision."),
+        ] = None,
+    ) -> Annotated[CallToolResult, EntityOut]:
+        """Adapter of ``POST /api/entities`` (no ``entity_id``) and ``PATCH
+        /api/entities/{id}``."""
+        given = {
+            k: v
+            for k, v in {
+                "type": type,
+                "name": name,
+                "content": content,
+                "scope": scope,
+                "project": project,
+                "lifecycle": lifecycle,
+                "metadata": metadata,
+                "spans": spans,
+            }.items()
+            if v is not None
+        }
+
+        async def verb(conn: AsyncConnection, reader: Reader) -> EntityOut:
+            if entity_id is None:
+                if type is None or name is None:
+                    raise BadRequest("type and name are required to create a memory")
+                return await verbs.create_entity(
+                    conn, reader, EntityCreate(**given), evidence_lines=evidence_lines
+                )
+            return await verbs.update_entity(
+                conn,
+                reader,
+                entity_id,
+                EntityPatch(**given),
+                if_match=[if_match_revision] if if_match_revision is not None else None,
+                evidence_lines=evidence_lines,
+            )
+
+        return await run_tool_write(surface, ctx, verb)
+
+    async def link(
+        ctx: Context,
+        src: Annotated[StrictStr, _about(EdgeIn, "src")],
+        relationship: Annotated[StrictStr, _about(EdgeIn, "relationship")],
+        dst: Annotated[StrictStr, _about(EdgeIn, "dst")],
+    ) -> Annotated[CallToolResult, EdgeOut]:
+        """Adapter of ``POST /api/edges``."""
+        body = EdgeIn(src=src, relationship=relationship, dst=dst)
+
+        async def verb(conn: AsyncConnection, reader: Reader) -> EdgeOut:
+            return await verbs.create_edge(conn, reader, body)
+
+        return await run_tool_write(surface, ctx, verb)
+
+    tools = [
+        read_tool(remember, name="remember", title="Remember", description=REMEMBER),
+        read_tool(link, name="link", title="Link memories", description=LINK),
+    ]
+    tools[0].annotations = REMEMBER_ANNOTATIONS
+    tools[1].annotations = LINK_ANNOTATIONS
+    return tools
