@@ -40,6 +40,22 @@ PREVIEW_CHARS = Bound(0, 50_000, 500)
 WINDOW = Bound(1, 64, 3)
 SLICE_CHARS = Bound(0, 50_000, 18_000)
 
+# search and context (contract §8, issue 4)
+SEARCH_LIMIT = Bound(1, 50, 10)
+SEARCH_OFFSET = Bound(0, 10_000, 0)
+RRF_K = 60
+SEARCH_SCAN_FACTOR = 20  # a full-text lane reads at most 20 × its candidate cap matches per table
+SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
+MAX_QUERY_CHARS = 2000
+CONTEXT_LIMIT = Bound(1, 50, 24)
+RELATED_LIMIT = Bound(0, 5, 3)
+MARKDOWN_TOKENS = Bound(100, 32_000, 4000)
+CHARS_PER_TOKEN = 4
+NOTE_LANE = 3  # (anchor) reserved note slots of a context pack; never scales with `limit`
+CONTEXT_PER_MEMORY = 3  # items one memory (itself + its spans) may hold in a pack
+CONTEXT_PREVIEW_CHARS = 500
+RELATED_PREVIEW_CHARS = 160
+
 
 @dataclass(frozen=True)
 class RelPolicy:

@@ -132,3 +132,142 @@ class SliceResponse(BaseModel):
     covers_parent: bool
     project_id: str | None
     content_chars: int
+
+
+class SearchRequest(_Request):
+    """Input of ``search`` (contract §8, issue 4)."""
+
+    query: StrictStr = Field(
+        description='What to look for: words (web-search syntax: "a phrase", or, -word), a '
+        f"memory id, or the start of a memory's name. Non-blank, at most "
+        f"{policy.MAX_QUERY_CHARS} characters."
+    )
+    types: list[StrictStr] | None = Field(
+        default=None,
+        description="Return only memories of these types (a passage counts as its memory's type;"
+        " 'passage' selects every passage hit).",
+    )
+    project: StrictStr | None = Field(
+        default=None, description="Search only this readable project."
+    )
+    lifecycle: list[StrictStr] | None = Field(
+        default=None,
+        description="Lifecycles returned: 'active' and/or 'superseded' (default both); 'retired' "
+        "memories are never returned.",
+    )
+    limit: StrictInt | None = Field(
+        default=None,
+        description=f"Results per page, {policy.SEARCH_LIMIT.low}-{policy.SEARCH_LIMIT.high}, "
+        f"default {policy.SEARCH_LIMIT.default} (clamped).",
+    )
+    offset: StrictInt | None = Field(
+        default=None,
+        description=f"Results to skip, {policy.SEARCH_OFFSET.low}-{policy.SEARCH_OFFSET.high}, "
+        f"default {policy.SEARCH_OFFSET.default} (clamped).",
+    )
+    content_max_chars: StrictInt | None = Field(
+        default=None,
+        description=f"Preview characters per result, {policy.PREVIEW_CHARS.low}-"
+        f"{policy.PREVIEW_CHARS.high}, default {policy.PREVIEW_CHARS.default} (clamped).",
+    )
+
+
+class SearchResult(BaseModel):
+    """One hit: a memory, or a passage of one (then ``widen_with`` names the next move)."""
+
+    id: str
+    type: str
+    name: str
+    content: str
+    score: float
+    project_id: str | None
+    lifecycle: str
+    metadata: dict[str, Any]
+    passage_index: int | None = None
+    parent_entity_id: str | None = None
+    widen_with: Literal["fetch_slice"] | None = None
+
+
+class SearchResponse(BaseModel):
+    """Output of ``search``: one page of results; applied bounds echo in ``limit``, ``offset``
+    and ``filters``. ``total`` is the number of results returned on this page."""
+
+    results: list[SearchResult]
+    total: int
+    limit: int
+    offset: int
+    has_more: bool
+    filters: dict[str, Any]
+
+
+class ContextRequest(_Request):
+    """Input of ``context`` (contract §8, issue 4)."""
+
+    goal: StrictStr = Field(
+        description="What the pack is for, in plain words (e.g. 'how do we type generics'). "
+        f"Non-blank, at most {policy.MAX_QUERY_CHARS} characters."
+    )
+    project: StrictStr | None = Field(
+        default=None, description="Compose the pack from this readable project only."
+    )
+    limit: StrictInt | None = Field(
+        default=None,
+        description=f"Items in the pack, {policy.CONTEXT_LIMIT.low}-{policy.CONTEXT_LIMIT.high}, "
+        f"default {policy.CONTEXT_LIMIT.default} (clamped); up to {policy.NOTE_LANE} of them "
+        "are reserved for notes.",
+    )
+    include_related: StrictBool | None = Field(
+        default=None, description="Attach one-hop related memories to each item (default true)."
+    )
+    related_limit: StrictInt | None = Field(
+        default=None,
+        description=f"Related memories per item, {policy.RELATED_LIMIT.low}-"
+        f"{policy.RELATED_LIMIT.high}, default {policy.RELATED_LIMIT.default} (clamped).",
+    )
+    markdown_token_budget: StrictInt | None = Field(
+        default=None,
+        description=f"Size of the Markdown rendering in tokens (about "
+        f"{policy.CHARS_PER_TOKEN} characters each), {policy.MARKDOWN_TOKENS.low}-"
+        f"{policy.MARKDOWN_TOKENS.high}, default {policy.MARKDOWN_TOKENS.default} (clamped).",
+    )
+
+
+class ContextItem(BaseModel):
+    """One memory (or passage) of a pack, why it was chosen, and its one-hop neighbors."""
+
+    id: str
+    type: str
+    name: str
+    preview: str
+    score: float
+    reason: str
+    project_id: str | None
+    lifecycle: str
+    metadata: dict[str, Any]
+    passage_index: int | None = None
+    parent_entity_id: str | None = None
+    widen_with: Literal["fetch_slice"] | None = None
+    related: list[Neighbor]
+
+
+class ContextSections(BaseModel):
+    """The pack's items by facet, each in rank order."""
+
+    decisions: list[ContextItem]
+    active_work: list[ContextItem] = Field(description="Tasks that are not done.")
+    artifacts: list[ContextItem] = Field(description="Artifacts and documents.")
+    notes: list[ContextItem]
+    other: list[ContextItem]
+
+
+class ContextResponse(BaseModel):
+    """Output of ``context``: the pack by facet, and its Markdown rendering within the budget."""
+
+    goal: str
+    sections: ContextSections
+    total_items: int
+    limit: int
+    truncated: bool = Field(description="More matching memories existed than the pack holds.")
+    markdown: str
+    markdown_tokens: int = Field(description="Estimated tokens of `markdown` (characters / 4).")
+    filters: dict[str, Any]

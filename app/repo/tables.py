@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     CheckConstraint,
+    Computed,
     DateTime,
     ForeignKeyConstraint,
     Index,
@@ -24,7 +25,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -36,6 +37,17 @@ NAMING_CONVENTION = {
 }
 
 Id = Text(collation="C")
+
+# Full-text documents of search (contract §8; migration 0002 says why the body is cut this way).
+ENTITY_SEARCH_TSV = (
+    "setweight(to_tsvector('english'::regconfig, name), 'A') || "
+    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 AND "
+    "passages_lossless THEN left(content, 2000) ELSE left(content, 100000) END), 'B')"
+)
+PASSAGE_SEARCH_TSV = (
+    "setweight(to_tsvector('english'::regconfig, coalesce(breadcrumb, '')), 'A') || "
+    "setweight(to_tsvector('english'::regconfig, left(content, 100000)), 'B')"
+)
 
 
 class Base(DeclarativeBase):
@@ -152,6 +164,13 @@ class Entity(Base):
     passages_lossless: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+    search_tsv: Mapped[str | None] = mapped_column(
+        TSVECTOR, Computed(ENTITY_SEARCH_TSV, persisted=True), nullable=True
+    )
+    # lower(name), bytewise ordered: the exact lane's name-prefix range scan (contract §8).
+    name_lower: Mapped[str | None] = mapped_column(
+        Id, Computed("lower(name)", persisted=True), nullable=True
+    )
     __table_args__ = (
         ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),
         ForeignKeyConstraint(["org_id", "project_id"], ["projects.org_id", "projects.id"]),
@@ -175,6 +194,9 @@ class Entity(Base):
             postgresql_include=["scope", "project_id", "owner_id", "lifecycle", "type"],
         ),
         Index("ix_entities_project", "org_id", "project_id"),
+        # Search (contract §8): the full-text lane, and the exact lane's name-prefix range scan.
+        Index("ix_entities_search", "search_tsv", postgresql_using="gin"),
+        Index("ix_entities_name_prefix", "org_id", "name_lower", "id"),
     )
 
 
@@ -251,10 +273,14 @@ class Passage(Base):
     end_offset: Mapped[int] = mapped_column(Integer, nullable=False)
     breadcrumb: Mapped[str | None] = mapped_column(Text, nullable=True)
     content: Mapped[str] = mapped_column(Text, nullable=False)
+    search_tsv: Mapped[str | None] = mapped_column(
+        TSVECTOR, Computed(PASSAGE_SEARCH_TSV, persisted=True), nullable=True
+    )
     __table_args__ = (
         ForeignKeyConstraint(
             ["org_id", "parent_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
         ),
+        Index("ix_passages_search", "search_tsv", postgresql_using="gin"),
         CheckConstraint("id LIKE 'passage\\_%'", name="id_prefix"),
         CheckConstraint("passage_index >= 0", name="index_nonneg"),
         Index(

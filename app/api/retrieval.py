@@ -1,0 +1,82 @@
+"""REST routes of the first round of the loop: ``search`` and ``context`` (contract §8, §10).
+
+Thin translations of HTTP to :func:`app.domain.search.search` and
+:func:`app.domain.context.context_pack`, run through :func:`app.domain.session.run_read` like
+every read verb (one authenticated, read-only snapshot). ``POST /api/search`` is its own path:
+the traversal verbs live under it (``/api/search/expand``, ``/api/search/slice``) and do not
+collide with it.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.api.routes import ERRORS, Credentials
+from app.domain.context import context_pack
+from app.domain.reader import Reader
+from app.domain.schemas import ContextRequest, ContextResponse, SearchRequest, SearchResponse
+from app.domain.search import search as search_verb
+from app.domain.session import run_read
+
+_ERRORS = {code: spec for code, spec in ERRORS.items() if code != 404}
+
+router = APIRouter(prefix="/api", tags=["retrieval"], responses=_ERRORS)
+
+
+def _engine(request: Request) -> AsyncEngine:
+    engine: AsyncEngine = request.app.state.engine
+    return engine
+
+
+def _key(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return credentials.credentials if credentials else None
+
+
+@router.post("/search", response_model=SearchResponse)
+async def search(body: SearchRequest, request: Request, credentials: Credentials) -> SearchResponse:
+    """``search``: one page of the memories and passages matching ``query`` (contract §8).
+
+    Full-text search (PostgreSQL ``websearch_to_tsquery``, English) over memory names, bodies and
+    passages, fused by reciprocal rank fusion (k = 60) with an exact lane (the id, or the start of
+    a name, case-insensitive). One result per memory: its best hit (the memory or a passage),
+    the others listed in ``metadata.collapsed``; a passage hit carries ``parent_entity_id``,
+    ``passage_index`` and ``widen_with: "fetch_slice"``.
+
+    Bounds are clamped, never rejected: limit 1-50 (default 10), offset 0-10000 (default 0),
+    content_max_chars 0-50000 (default 500); ``lifecycle`` defaults to active + superseded and
+    never returns retired memories. Response: ``results``, ``total`` (returned on this page),
+    ``limit``, ``offset``, ``has_more``, ``filters`` (every applied value). A blank query, an
+    unknown lifecycle, a bad type or project name → 400; a field of the wrong JSON type → 422.
+    Rows the key cannot read are never candidates: a project it cannot read answers like one
+    that does not exist (no results).
+    """
+
+    async def verb(conn: AsyncConnection, reader: Reader) -> SearchResponse:
+        return await search_verb(conn, reader, body, settings=request.app.state.settings)
+
+    return await run_read(_engine(request), _key(credentials), verb)
+
+
+@router.post("/context/pack", response_model=ContextResponse)
+async def pack(body: ContextRequest, request: Request, credentials: Credentials) -> ContextResponse:
+    """``context``: a pack of what the memory holds about ``goal`` (contract §8).
+
+    Items by facet (``decisions``, ``active_work`` = tasks not done, ``artifacts`` = artifacts
+    and documents, ``notes``, ``other``), each with a preview, its fused ``score``, the
+    ``reason`` it was chosen and up to ``related_limit`` one-hop ``related`` memories (the
+    ``expand_neighbors`` walk); a reserved lane of exactly 3 note slots that never grows with
+    ``limit``; a memory whose complete span set is in the pack is left out; ``markdown`` renders
+    the pack within ``markdown_token_budget`` (about 4 characters a token).
+
+    Bounds are clamped: limit 1-50 (default 24), related_limit 0-5 (default 3),
+    markdown_token_budget 100-32000 (default 4000); ``include_related`` defaults to true. A blank
+    goal or a bad project name → 400; a field of the wrong JSON type → 422. A project the key
+    cannot read answers exactly like one that does not exist (an empty pack).
+    """
+
+    async def verb(conn: AsyncConnection, reader: Reader) -> ContextResponse:
+        return await context_pack(conn, reader, body, settings=request.app.state.settings)
+
+    return await run_read(_engine(request), _key(credentials), verb)

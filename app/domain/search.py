@@ -1,0 +1,337 @@
+"""``search``: find a starting set by words, id or name (contract §8, issue 4).
+
+The rules live here; the statements in :mod:`app.repo.search`.
+
+**Lanes.** Two ranked lists of candidates, each already passed through the read rule (§2) and
+the request's filters (lifecycle, types, project) before it is capped or ranked:
+
+- *full text*: ``websearch_to_tsquery('english', query)`` against memories (name weighted A,
+  body B; a body carried by a lossless set of spans only by its first 2000 characters, the rest
+  being searched through those spans) and passages (breadcrumb A, text B), ranked by
+  ``ts_rank_cd(document, query, 1)``: cover density over the document alone, divided by
+  1 + log(length). No corpus-wide statistic (document frequencies, counts) enters any rank, so
+  the rows a reader cannot read cannot move the rows they can.
+- *exact*: the memory or passage whose id is the query, then memories whose name starts with it
+  (case-insensitive), by name.
+
+**Fusion.** Reciprocal rank fusion: score(d) = Σ over the lanes d is in of 1 / (k + rank(d)),
+k = 60 (:data:`app.domain.policy.RRF_K`); ties by id. Then a memory and its passages are folded
+into their best-scoring hit (one result per memory, so a long memory's spans cannot crowd a
+page), and the others are listed, best first, in that result's ``metadata.collapsed``. Paging
+(``offset``, ``limit``) runs over this folded list, so pages have no gaps and ``has_more`` counts
+nothing a reader cannot see.
+
+**Bounded cost.** Ranking cost grows with the number of documents ranked (``ts_rank_cd`` reads
+each document's vector), so each lane ranks at most ``SIBYL_SEARCH_CANDIDATE_CAP`` (default
+500) readable candidates per table: of the first 20 × cap readable matches the scan meets (so
+the work stays bounded when a query matches half the corpus), the full-text lane keeps the most
+recently updated (ties by id), a cheap order that reads no vector; the exact lane reads the
+name-prefix index in order and stops. ``filters.candidates_capped`` says when a lane had more.
+
+Measured on the PEP corpus (736 memories, 11,645 passages), PostgreSQL 15 on 2 cores under a
+load average of about 6, as the org admin (every row readable): ``EXPLAIN (ANALYZE, BUFFERS,
+FORMAT JSON)`` of ``sibyl:search.candidates``, median of 9 runs (``sibyl-pg explain search``
+shows the same plans):
+
+- "type hints": 27 memory and 102 passage matches, all 122 ranked: ≈ 3 ms, 604 buffers;
+- "python": 657 and 5,602 matches, 1,000 ranked (both tables capped): ≈ 55 ms, ≈ 21k buffers;
+- "python" with the cap lifted, all 6,259 ranked: ≈ 175 ms, ≈ 28k buffers and a temp spill.
+
+Most of the capped "python" buffers are the planner's sequential scan of ``passages``, which
+reads every vector to test the match at 48 % selectivity; on a larger corpus that scan stops
+after 20 × cap readable matches, and the ranking never exceeds the cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.errors import BadRequest
+from app.core.settings import Settings, get_settings
+from app.domain import policy
+from app.domain.passages import passage_name
+from app.domain.preview import preview_prefix
+from app.domain.reader import Reader
+from app.domain.schemas import SearchRequest, SearchResponse, SearchResult
+from app.domain.validation import normalize_names, normalize_project
+from app.repo import search as search_repo
+
+__all__ = [
+    "EXACT",
+    "FULLTEXT",
+    "Ranked",
+    "SearchRequest",
+    "find_candidates",
+    "fold",
+    "fuse",
+    "hit_fields",
+    "match_metadata",
+    "normalize_lifecycles",
+    "normalize_query",
+    "rrf_score",
+    "search",
+]
+
+_LIFECYCLES = ("active", "superseded", "retired")
+
+
+FULLTEXT = "fulltext"
+EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """A candidate with its rank in each lane it is in (1 = best) and its fused score.
+
+    ``type`` is the memory's type (a passage's parent's); ``text_rank`` the ``ts_rank_cd`` value
+    of its full-text match (None: no full-text match).
+    """
+
+    id: str
+    parent_id: str | None
+    type: str
+    lanes: dict[str, int]
+    text_rank: float | None
+    score: float
+
+    @property
+    def memory_id(self) -> str:
+        """The memory the hit belongs to: itself, or a passage's parent."""
+        return self.parent_id or self.id
+
+
+def normalize_query(value: str, *, field: str) -> str:
+    """The stripped query; ``BadRequest`` when blank or longer than
+    :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
+    stripped = value.strip()
+    if not stripped:
+        raise BadRequest(f"{field} must be a non-blank string")
+    if len(stripped) > policy.MAX_QUERY_CHARS:
+        raise BadRequest(f"{field} must be at most {policy.MAX_QUERY_CHARS} characters")
+    return stripped
+
+
+def normalize_lifecycles(values: list[str] | None) -> list[str]:
+    """The lifecycles to return: default ``active`` and ``superseded``; lower-cased, duplicates
+    dropped, ``retired`` dropped (never returned). ``BadRequest`` for an unknown value, or when
+    nothing but ``retired`` (or nothing at all) was named."""
+    if values is None:
+        return list(policy.SEARCH_LIFECYCLES)
+    out: list[str] = []
+    for value in values:
+        name = value.strip().lower()
+        if name not in _LIFECYCLES:
+            raise BadRequest("lifecycle entries must be 'active' or 'superseded'")
+        if name != "retired" and name not in out:
+            out.append(name)
+    if not out:
+        raise BadRequest(
+            "lifecycle must name 'active' or 'superseded' (retired memories are never returned)"
+        )
+    return out
+
+
+def rrf_score(lanes: dict[str, int], k: int = policy.RRF_K) -> float:
+    """Reciprocal rank fusion: Σ 1 / (k + rank) over the lanes a candidate is in."""
+    return sum(1.0 / (k + rank) for rank in lanes.values())
+
+
+def fuse(
+    runs: list[tuple[str, list[search_repo.Candidate]]], k: int = policy.RRF_K
+) -> list[Ranked]:
+    """Fuse the lanes of one or more runs of the candidates statement, best first; ties by id
+    (bytewise, as the database orders).
+
+    Each run is ``(name of its full-text lane, its candidates)``; every run computes the same
+    exact lane, which is taken from the first (named :data:`EXACT`).
+    """
+    info: dict[str, search_repo.Candidate] = {}
+    lanes: dict[str, dict[str, int]] = {}
+    text_rank: dict[str, float] = {}
+    for n, (lane, found) in enumerate(runs):
+        for c in found:
+            info.setdefault(c.id, c)
+            mine = lanes.setdefault(c.id, {})
+            if c.fulltext_rank is not None:
+                mine[lane] = c.fulltext_rank
+                if c.text_rank is not None:
+                    text_rank.setdefault(c.id, c.text_rank)
+            if n == 0 and c.exact_rank is not None:
+                mine[EXACT] = c.exact_rank
+    ranked = [
+        Ranked(
+            id=i,
+            parent_id=info[i].parent_id,
+            type=info[i].type,
+            lanes=ranks,
+            text_rank=text_rank.get(i),
+            score=rrf_score(ranks, k),
+        )
+        for i, ranks in lanes.items()
+        if ranks
+    ]
+    ranked.sort(key=lambda r: (-r.score, r.id))
+    return ranked
+
+
+def fold(ranked: list[Ranked]) -> list[tuple[Ranked, list[str]]]:
+    """One entry per memory: its best-ranked hit (the memory or one of its passages), with the
+    ids of its other hits, best first. Order is the order of each memory's best hit."""
+    best: dict[str, tuple[Ranked, list[str]]] = {}
+    for r in ranked:
+        entry = best.get(r.memory_id)
+        if entry is None:
+            best[r.memory_id] = (r, [])
+        else:
+            entry[1].append(r.id)
+    return list(best.values())
+
+
+async def find_candidates(
+    conn: AsyncConnection,
+    reader: Reader,
+    *,
+    query: str,
+    words: str | None = None,
+    types: list[str] | None,
+    lifecycles: list[str],
+    project: str | None,
+    cap: int,
+) -> tuple[list[search_repo.Candidate], bool]:
+    """Every readable candidate of the two lanes (see the module docstring) with its lane ranks,
+    and whether a lane hit its cap. ``query`` feeds the exact lane; ``words`` (default:
+    ``query``) the full-text lane, in web-search syntax. Shared by ``search`` and ``context``."""
+    params = search_repo.candidate_params(
+        reader.params(),
+        query=query,
+        words=query if words is None else words,
+        types=types,
+        lifecycles=lifecycles,
+        project=project,
+        cap=cap,
+        scan_cap=cap * policy.SEARCH_SCAN_FACTOR,
+    )
+    return await search_repo.candidates(conn, params=params)
+
+
+def hit_fields(hit: search_repo.Hit, preview_chars: int) -> dict[str, Any]:
+    """The presentation fields every surface shows of one hit: id, type, name, content preview,
+    project, lifecycle, metadata (with ``content_truncated``) and, for a passage,
+    ``passage_index``, ``parent_entity_id`` and ``widen_with``."""
+    content, cut = preview_prefix(hit.content_prefix, hit.content_length, preview_chars)
+    is_passage = hit.parent_id is not None
+    metadata: dict[str, Any]
+    if is_passage:
+        metadata = {
+            "breadcrumb": hit.breadcrumb,
+            "passage_total": hit.passage_total,
+            "parent_type": hit.memory_type,
+        }
+    else:
+        metadata = dict(hit.metadata)
+    metadata["content_truncated"] = cut
+    return {
+        "id": hit.id,
+        "type": "passage" if is_passage else hit.memory_type,
+        "name": (
+            passage_name(hit.name, hit.passage_index or 0, hit.passage_total, hit.breadcrumb)
+            if is_passage
+            else hit.name
+        ),
+        "content": content,
+        "project_id": hit.project_id,
+        "lifecycle": hit.lifecycle,
+        "metadata": metadata,
+        "passage_index": hit.passage_index,
+        "parent_entity_id": hit.parent_id,
+        "widen_with": "fetch_slice" if is_passage else None,
+    }
+
+
+def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
+    """``metadata.match``: the hit's rank in each of ``lanes`` (null: not in it), and its text
+    rank (``ts_rank_cd``; null: no full-text match)."""
+    out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in lanes}
+    out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
+    return out
+
+
+async def search(
+    conn: AsyncConnection,
+    reader: Reader,
+    request: SearchRequest,
+    *,
+    settings: Settings | None = None,
+) -> SearchResponse:
+    """One page of the memories and passages matching ``request.query`` that ``reader`` may read.
+
+    Bounds are clamped and echoed: limit 1..50 (default 10), offset 0..10000 (default 0),
+    content_max_chars 0..50000 (default 500); ``lifecycle`` defaults to active + superseded
+    (retired never). ``total`` is the number of results on this page, ``has_more`` whether a
+    next page exists. Each result's ``metadata.match`` gives its lane ranks and
+    ``metadata.collapsed`` (when present) the ids of the same memory's lower-ranked hits.
+    Raises ``BadRequest`` (400) for a blank or too long query, an unknown lifecycle, a type or
+    project name outside its alphabet. A named project the reader cannot read answers exactly as
+    a project that does not exist: no results.
+    """
+    s = settings or get_settings()
+    query = normalize_query(request.query, field="query")
+    types = normalize_names(request.types, field="types", upper=False)
+    project = normalize_project(request.project)
+    lifecycles = normalize_lifecycles(request.lifecycle)
+    limit = policy.SEARCH_LIMIT.clamp(request.limit)
+    offset = policy.SEARCH_OFFSET.clamp(request.offset)
+    preview_chars = policy.PREVIEW_CHARS.clamp(request.content_max_chars)
+
+    found, capped = await find_candidates(
+        conn,
+        reader,
+        query=query,
+        types=types,
+        lifecycles=lifecycles,
+        project=project,
+        cap=s.search_candidate_cap,
+    )
+    folded = fold(fuse([(FULLTEXT, found)]))
+    page = folded[offset : offset + limit]
+    rows = await search_repo.hits(
+        conn,
+        reader_params=reader.params(),
+        ids=[r.id for r, _ in page],
+        preview_chars=preview_chars,
+    )
+    results: list[SearchResult] = []
+    for r, collapsed in page:
+        hit = rows.get(r.id)
+        if hit is None:  # pragma: no cover - one snapshot: a candidate's row is still there
+            continue
+        fields = hit_fields(hit, preview_chars)
+        fields["metadata"]["match"] = match_metadata(r, (FULLTEXT, EXACT))
+        if collapsed:
+            fields["metadata"]["collapsed"] = collapsed
+        results.append(SearchResult(score=round(r.score, 6), **fields))
+
+    filters: dict[str, Any] = {
+        "query": query,
+        "types": types,
+        "project": project,
+        "lifecycle": lifecycles,
+        "limit": limit,
+        "offset": offset,
+        "content_max_chars": preview_chars,
+        "rrf_k": policy.RRF_K,
+        "candidate_cap": s.search_candidate_cap,
+        "candidates_capped": capped,
+        "round_budget": policy.ROUND_BUDGET,
+    }
+    return SearchResponse(
+        results=results,
+        total=len(results),
+        limit=limit,
+        offset=offset,
+        has_more=len(folded) > offset + limit,
+        filters=filters,
+    )

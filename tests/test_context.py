@@ -1,0 +1,336 @@
+"""``context`` (contract §8, issue 4): the note lane, facets, related items, covered parents,
+the Markdown budget, the read rule as pairs, projects, REST and MCP."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+from mcp import Client
+
+from app.domain import policy
+from app.mcp.server import build_mcp, fixed_key
+from tests.builders import import_dicts, make_key
+
+FILLER = " ".join(f"filler{i}" for i in range(60))
+
+
+def _base(org: str, sfx: str, users: tuple[str, ...] = ("ann",)) -> list[dict]:
+    out: list[dict] = [{"kind": "org", "id": org, "name": "Context"}]
+    out += [
+        {"kind": "user", "id": f"user_{u}_{sfx}", "org": org, "handle": u, "role": "member"}
+        for u in users
+    ]
+    out += [
+        {"kind": "project", "id": "p1", "org": org, "name": "Private", "visibility": "private"},
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        {"kind": "member", "project": "p1", "user": f"user_ann_{sfx}", "role": "contributor"},
+    ]
+    return out
+
+
+def _ent(org: str, sfx: str, id_: str, type_: str, name: str, content: str, **extra) -> dict:
+    rec = {
+        "kind": "entity",
+        "id": id_,
+        "org": org,
+        "type": type_,
+        "name": name,
+        "content": content,
+        "project": extra.pop("project", "p2"),
+        "scope": extra.pop("scope", "project"),
+        "owner": f"user_{extra.pop('owner', 'ann')}_{sfx}",
+    }
+    rec.update(extra)
+    return rec
+
+
+async def _pack(client, key: str, **body) -> dict:
+    r = await client.post(
+        "/api/context/pack", json=body, headers={"Authorization": f"Bearer {key}"}
+    )
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _items(pack: dict) -> list[dict]:
+    return [i for items in pack["sections"].values() for i in items]
+
+
+def _ids(pack: dict) -> set[str]:
+    """Every id an item, its parent or a related memory of the pack names."""
+    out: set[str] = set()
+    for i in _items(pack):
+        out |= {i["id"], i["parent_entity_id"], *(n["id"] for n in i["related"])}
+        out |= {n["parent_entity_id"] for n in i["related"]}
+    return out - {None}
+
+
+# --- the reserved note lane -----------------------------------------------------------------------
+
+
+async def _lane_world(engine, notes: int) -> str:
+    org, sfx = "org_lane_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = _base(org, sfx)
+    # 30 strong decisions (both words in the name and body) and weak notes (one word, long body)
+    records += [
+        _ent(org, sfx, f"dec_{i:02d}", "decision", f"Retry policy {i}", "retry policy " * 4)
+        for i in range(30)
+    ]
+    records += [
+        _ent(org, sfx, f"note_{i:02d}", "note", f"Jotting {i}", f"{FILLER} retry {FILLER}")
+        for i in range(notes)
+    ]
+    await import_dicts(engine, records)
+    return await make_key(engine, f"user_ann_{sfx}")
+
+
+@pytest.mark.parametrize("notes", [0, 2, 3, 10])
+async def test_the_note_lane_holds_exactly_three_slots_that_never_grow(engine, client, notes):
+    key = await _lane_world(engine, notes)
+    for limit in (10, 20, 50):
+        pack = await _pack(client, key, goal="retry policy", limit=limit, include_related=False)
+        notes_in_pack = pack["sections"]["notes"]
+        lane = [n for n in notes_in_pack if n["metadata"].get("note_lane") is True]
+        # every note is weaker than every decision, yet up to 3 are kept: never more, whatever
+        # the limit; further notes only enter on merit, once the decisions are all in
+        assert len(lane) == min(notes, policy.NOTE_LANE), (notes, limit)
+        assert all("reserved note lane" in n["reason"] for n in lane)
+        decisions = pack["sections"]["decisions"]
+        assert len(decisions) == min(30, limit - len(lane))
+        on_merit = min(notes - len(lane), limit - len(lane) - len(decisions))
+        assert len(notes_in_pack) == len(lane) + on_merit, (notes, limit)
+        assert pack["total_items"] == len(notes_in_pack) + len(decisions)
+        assert pack["filters"]["note_lane"] == policy.NOTE_LANE == 3
+    # the lane is inside the pack: a pack of one holds one note when any note matches
+    tiny = await _pack(client, key, goal="retry policy", limit=1, include_related=False)
+    assert [i["type"] for i in _items(tiny)] == (["note"] if notes else ["decision"])
+
+
+# --- facets, related items, covered parents -------------------------------------------------------
+
+
+async def test_facets_related_items_and_reasons(engine, client):
+    org, sfx = "org_facets_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = _base(org, sfx)
+    records += [
+        _ent(org, sfx, "dec", "decision", "Caching decision", "caching with redis"),
+        _ent(
+            org,
+            sfx,
+            "task_open",
+            "task",
+            "Caching task",
+            "caching work",
+            metadata={"status": "in_progress"},
+        ),
+        _ent(
+            org,
+            sfx,
+            "task_done",
+            "task",
+            "Caching task done",
+            "caching work",
+            metadata={"status": "done"},
+        ),
+        _ent(org, sfx, "art", "artifact", "Caching artifact", "caching code"),
+        _ent(org, sfx, "doc", "document", "Caching document", "caching guide"),
+        _ent(org, sfx, "note", "note", "Caching note", "caching thought"),
+        _ent(org, sfx, "person", "person", "Caching person", "caching expert"),
+        _ent(org, sfx, "unrelated", "decision", "Other topic", "nothing to see"),
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "task_open",
+            "dst": "dec",
+            "relationship": "DEPENDS_ON",
+        },
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "dec",
+            "dst": "unrelated",
+            "relationship": "DEPENDS_ON",
+        },
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    pack = await _pack(client, key, goal="caching")
+    facets = {f: {i["id"] for i in items} for f, items in pack["sections"].items()}
+    assert facets == {
+        "decisions": {"dec"},
+        "active_work": {"task_open"},  # tasks not done
+        "artifacts": {"art", "doc"},
+        "notes": {"note"},
+        "other": {"task_done", "person"},
+    }
+    dec = pack["sections"]["decisions"][0]
+    # related: one hop of the expand_neighbors walk (both directions), previews bounded
+    assert {n["id"] for n in dec["related"]} == {"task_open", "unrelated"}
+    assert all(n["distance"] == 1 for n in dec["related"])
+    assert "goal" in dec["reason"]
+    assert pack["filters"]["round_budget"] == 3
+    none = await _pack(client, key, goal="caching", related_limit=0)
+    assert all(i["related"] == [] for i in _items(none))
+    one = await _pack(client, key, goal="caching", related_limit=1)
+    assert all(len(i["related"]) <= 1 for i in _items(one))
+    off = await _pack(client, key, goal="caching", include_related=False)
+    assert all(i["related"] == [] for i in _items(off))
+
+
+async def test_a_parent_is_left_out_when_the_pack_holds_all_its_spans(engine, client):
+    org, sfx = "org_cover_" + secrets.token_hex(4), secrets.token_hex(3)
+    first, second = "Kestrel nesting sites. " * 20, "Kestrel hunting range. " * 20
+    body = first + second
+    spans = [
+        {"start": 0, "end": len(first), "label": "Nesting"},
+        {"start": len(first), "end": len(body), "label": "Hunting"},
+    ]
+    third = "Kestrel diet notes. " * 20
+    body3 = first + second + third
+    spans3 = [*spans, {"start": len(body), "end": len(body3), "label": "Diet"}]
+    records = [
+        *_base(org, sfx),
+        _ent(org, sfx, "doc_two", "document", "Kestrel field guide", body, spans=spans),
+        _ent(org, sfx, "doc_three", "document", "Kestrel survey", body3, spans=spans3),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    pack = await _pack(client, key, goal="kestrel", include_related=False)
+    items = _items(pack)
+    ids = [i["id"] for i in items]
+    two = [i for i in items if i["parent_entity_id"] == "doc_two"]
+    # both spans of doc_two are in the pack, so doc_two itself is left out ...
+    assert len(two) == 2 and "doc_two" not in ids
+    assert pack["filters"]["left_out_parents"] == ["doc_two"]
+    assert all("covers doc_two" in i["reason"] for i in two)
+    assert all(i["widen_with"] == "fetch_slice" for i in two)
+    # ... while doc_three's three spans never all fit its three slots with it: it stays
+    assert "doc_three" in ids
+    assert len([i for i in items if i["parent_entity_id"] == "doc_three"]) == 2
+
+
+# --- Markdown within the budget -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [100, 250, 1000, 4000])
+async def test_markdown_stays_within_the_token_budget(engine, client, budget):
+    key = await _lane_world(engine, notes=5)
+    pack = await _pack(client, key, goal="retry policy", limit=50, markdown_token_budget=budget)
+    md = pack["markdown"]
+    assert len(md) <= budget * policy.CHARS_PER_TOKEN
+    assert pack["markdown_tokens"] <= budget
+    assert md.startswith("# Context: retry policy\n")
+    if budget >= 1000:
+        assert "## Decisions" in md and "## Notes" in md
+        assert "note_" in md  # the reserved notes are the last to be left out
+    if budget == 100:
+        assert "left out to fit the token budget" in md
+    # clamped and echoed
+    low = await _pack(client, key, goal="retry policy", markdown_token_budget=5)
+    assert low["filters"]["markdown_token_budget"] == policy.MARKDOWN_TOKENS.low
+    assert len(low["markdown"]) <= policy.MARKDOWN_TOKENS.low * policy.CHARS_PER_TOKEN
+
+
+# --- the read rule: allowed / denied pairs, projects ----------------------------------------------
+
+
+def _rules_records(org: str, sfx: str, omit: str | None) -> list[dict]:
+    records = _base(org, sfx, users=("ann", "bob"))
+    entities = [
+        _ent(org, sfx, "open_dec", "decision", "Otter decision", "otter otter"),
+        _ent(org, sfx, "open_note", "note", "Otter note", "otter"),
+        _ent(
+            org,
+            sfx,
+            "secret",
+            "note",
+            "Otter secret",
+            "otter otter otter",
+            scope="private",
+            project="p1",
+        ),
+        _ent(org, sfx, "p1_dec", "decision", "Otter plan", "otter otter", project="p1"),
+    ]
+    records += [e for e in entities if e["id"] != omit]
+    if omit != "secret":  # the row's own edge goes with it
+        records.append(
+            {
+                "kind": "edge",
+                "org": org,
+                "src": "secret",
+                "dst": "open_dec",
+                "relationship": "DEPENDS_ON",
+            }
+        )
+    return records
+
+
+async def _rules(engine, omit: str | None) -> dict[str, str]:
+    org, sfx = "org_crules_" + secrets.token_hex(4), secrets.token_hex(3)
+    await import_dicts(engine, _rules_records(org, sfx, omit))
+    return {u: await make_key(engine, f"user_{u}_{sfx}") for u in ("ann", "bob")}
+
+
+@pytest.mark.parametrize(
+    "row, allowed, denied",
+    [("secret", "ann", "bob"), ("p1_dec", "ann", "bob")],
+    ids=["private-memory", "private-project"],
+)
+async def test_read_rule_pairs(engine, client, row, allowed, denied):
+    full = await _rules(engine, omit=None)
+    control = await _rules(engine, omit=row)
+    assert row in _ids(await _pack(client, full[allowed], goal="otter"))
+    assert row in _ids(await _pack(client, full[allowed], goal=row))
+    for body in ({"goal": "otter"}, {"goal": "otter", "limit": 2}, {"goal": row}):
+        got = await _pack(client, full[denied], **body)
+        want = await _pack(client, control[denied], **body)
+        # byte-identical to an org where the row does not exist
+        assert json.dumps(got) == json.dumps(want), body
+        assert row not in _ids(got), body
+
+
+async def test_an_unreadable_project_answers_like_a_missing_one(engine, client):
+    keys = await _rules(engine, omit=None)
+    hidden = await _pack(client, keys["bob"], goal="otter", project="p1")
+    missing = await _pack(client, keys["bob"], goal="otter", project="p9")
+    assert json.dumps(hidden).replace('"p1"', '"p9"') == json.dumps(missing)
+    assert hidden["total_items"] == 0 and hidden["truncated"] is False
+    seen = await _pack(client, keys["ann"], goal="otter", project="p1")
+    assert {i["id"] for i in _items(seen)} == {"secret", "p1_dec"}
+
+
+async def test_malformed_input_and_clamped_bounds(engine, client):
+    keys = await _rules(engine, omit=None)
+    key = keys["ann"]
+    headers = {"Authorization": f"Bearer {key}"}
+    for body in ({"goal": " "}, {"goal": "otter", "project": "bad project"}):
+        r = await client.post("/api/context/pack", json=body, headers=headers)
+        assert r.status_code == 400 and set(r.json()) == {"detail"}, body
+    for body in (
+        {"goal": "otter", "limit": "2"},
+        {"goal": "otter", "include_related": "yes"},
+        {"goal": "otter", "extra": 1},
+        {},
+    ):
+        r = await client.post("/api/context/pack", json=body, headers=headers)
+        assert r.status_code == 422, body
+    got = await _pack(client, key, goal="otter", limit=999, related_limit=99)
+    assert got["limit"] == policy.CONTEXT_LIMIT.high
+    assert got["filters"]["related_limit"] == policy.RELATED_LIMIT.high
+    default = await _pack(client, key, goal="otter")
+    assert default["limit"] == policy.CONTEXT_LIMIT.default
+    assert default["filters"]["markdown_token_budget"] == policy.MARKDOWN_TOKENS.default
+
+
+async def test_the_context_tool_returns_what_rest_returns(engine, client):
+    keys = await _rules(engine, omit=None)
+    body = {"goal": "otter", "limit": 3, "markdown_token_budget": 200}
+    async with Client(build_mcp(lambda: engine, fixed_key(keys["bob"]))) as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert tools["context"].annotations.read_only_hint is True
+        assert "at most 3 rounds" in tools["context"].description
+        result = await mcp.call_tool("context", body)
+    assert not result.is_error
+    assert result.structured_content == await _pack(client, keys["bob"], **body)

@@ -1,0 +1,373 @@
+"""``search`` (contract §8, issue 4): fusion by hand, the read rule as pairs, paging, passages,
+lifecycle, bounds, the capped lanes, REST and MCP, and the PEP corpus."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+from mcp import Client
+
+from app.core.settings import Settings
+from app.domain import policy
+from app.domain.schemas import SearchRequest
+from app.domain.search import search
+from app.mcp.server import build_mcp, fixed_key
+from app.repo.readers import reader_by_user
+from tests.builders import import_dicts, make_key
+
+SECTION = " ".join(f"filler{i}" for i in range(170))  # ~1400 characters of unmatched words
+
+
+def _org(sfx: str, *, org: str, users: dict[str, str]) -> list[dict]:
+    out: list[dict] = [{"kind": "org", "id": org, "name": "Search"}]
+    out += [
+        {"kind": "user", "id": f"user_{n}_{sfx}", "org": org, "handle": n, "role": r}
+        for n, r in users.items()
+    ]
+    return out
+
+
+def _ent(org: str, sfx: str, id_: str, name: str, content: str, **extra) -> dict:
+    rec = {
+        "kind": "entity",
+        "id": id_,
+        "org": org,
+        "type": extra.pop("type", "decision"),
+        "name": name,
+        "content": content,
+        "scope": extra.pop("scope", "project"),
+        "owner": f"user_{extra.pop('owner', 'ann')}_{sfx}",
+    }
+    if rec["scope"] != "org":
+        rec["project"] = extra.pop("project", "p2")
+    rec.update(extra)
+    return rec
+
+
+async def _post(client, key: str, body: dict, path: str = "/api/search"):
+    return await client.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
+
+
+async def _search(client, key: str, **body) -> dict:
+    r = await _post(client, key, body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# --- reciprocal rank fusion, computed by hand ---------------------------------------------------
+
+
+async def test_rrf_order_matches_the_hand_computation(engine, client):
+    sfx, org = secrets.token_hex(3), "org_rrf_" + secrets.token_hex(4)
+    records = _org(sfx, org=org, users={"ann": "member"})
+    records += [
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        # exact lane: id equal to the query (tier 0), then names starting with it, bytewise:
+        # "alpha plan" < "alphabet soup" (a space sorts before "b")
+        _ent(org, sfx, "alpha", "Zeta record", "nothing relevant here"),
+        _ent(org, sfx, "e_soup", "Alphabet soup", "letters and noodles"),
+        # full-text lane: the name (weight A) and three body hits rank first, then three body
+        # hits alone, then one body hit ("alphabet" is another lexeme: no full-text match)
+        _ent(org, sfx, "e_plan", "Alpha plan", "alpha alpha alpha"),
+        _ent(org, sfx, "e_body2", "Report two", "alpha beta alpha gamma alpha"),
+        _ent(org, sfx, "e_body1", "Report one", "the alpha result"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+
+    got = await _search(client, key, query="alpha")
+    lanes = {r["id"]: r["metadata"]["match"] for r in got["results"]}
+    expected_lanes = {
+        "alpha": (None, 1),
+        "e_plan": (1, 2),
+        "e_soup": (None, 3),
+        "e_body2": (2, None),
+        "e_body1": (3, None),
+    }
+    assert {i: (m["fulltext_rank"], m["exact_rank"]) for i, m in lanes.items()} == expected_lanes
+
+    k = 60
+    by_hand = {
+        "e_plan": 1 / (k + 1) + 1 / (k + 2),
+        "alpha": 1 / (k + 1),
+        "e_body2": 1 / (k + 2),
+        "e_body1": 1 / (k + 3),  # ties with e_soup: ids break the tie
+        "e_soup": 1 / (k + 3),
+    }
+    assert [r["id"] for r in got["results"]] == ["e_plan", "alpha", "e_body2", "e_body1", "e_soup"]
+    assert {r["id"]: r["score"] for r in got["results"]} == {
+        i: round(s, 6) for i, s in by_hand.items()
+    }
+    assert got["filters"]["rrf_k"] == policy.RRF_K == k
+    assert got["total"] == 5 and got["has_more"] is False
+
+    # the exact lane is case-insensitive on names, and matches an id as sent or lower-cased
+    upper = await _search(client, key, query="ALPHA")
+    assert [r["id"] for r in upper["results"]] == [r["id"] for r in got["results"]]
+    assert (await _search(client, key, query="e_body1"))["results"][0]["id"] == "e_body1"
+
+
+# --- the read rule: allowed / denied pairs against a control org -------------------------------
+
+WORD = "zephyr"
+
+
+def _rules_world(org: str, sfx: str, omit: str | None) -> list[dict]:
+    out = _org(
+        sfx, org=org, users={"ann": "member", "bob": "member", "dan": "admin", "eve": "member"}
+    )
+    out += [
+        {"kind": "project", "id": "p1", "org": org, "name": "Private", "visibility": "private"},
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        {"kind": "member", "project": "p1", "user": f"user_ann_{sfx}", "role": "contributor"},
+        {"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "viewer"},
+    ]
+    long_body = f"## First\n\n{SECTION}\n\n## Second\n\n{SECTION} {WORD} {WORD}\n"
+    entities = [
+        # seven readable matches, of increasing strength
+        *(
+            _ent(org, sfx, f"open_{i}", f"Open {i}", f"{WORD} " * (i + 1) + "tail")
+            for i in range(7)
+        ),
+        _ent(
+            org, sfx, "priv_in_p1", f"Private {WORD}", f"{WORD} " * 5, scope="private", project="p1"
+        ),
+        _ent(org, sfx, "priv_loose", f"Loose {WORD}", f"{WORD} " * 3, scope="private"),
+        _ent(org, sfx, "p1_doc", f"Project {WORD}", f"{WORD} " * 4, project="p1"),
+        _ent(org, sfx, "org_note", f"Org {WORD}", f"{WORD} " * 2, scope="org", type="note"),
+        _ent(
+            org,
+            sfx,
+            "long_priv",
+            "Long private",
+            long_body,
+            scope="private",
+            project="p1",
+            type="document",
+        ),
+    ]
+    out += [e for e in entities if e["id"] != omit]
+    if omit != "priv_loose":
+        out.append({"kind": "grant", "entity": "priv_loose", "user": f"user_eve_{sfx}"})
+    return out
+
+
+async def _rules(engine, omit: str | None) -> dict[str, str]:
+    org, sfx = "org_srules_" + secrets.token_hex(4), secrets.token_hex(3)
+    await import_dicts(engine, _rules_world(org, sfx, omit))
+    keys = {n: await make_key(engine, f"user_{n}_{sfx}") for n in ("ann", "bob", "dan", "eve")}
+    keys["ann@p1"] = await make_key(engine, f"user_ann_{sfx}", projects=["p1"])
+    keys["bob@p1"] = await make_key(engine, f"user_bob_{sfx}", projects=["p1"])
+    return keys
+
+
+async def _transcript(client, key: str) -> list[dict]:
+    """Every page a reader can turn (limit 2), a whole list, and the exact lane's answers."""
+    pages: list[dict] = []
+    for offset in range(0, 16, 2):
+        pages.append(await _search(client, key, query=WORD, limit=2, offset=offset))
+    pages.append(await _search(client, key, query=WORD, limit=50))
+    pages.append(await _search(client, key, query="priv", limit=50))
+    pages.append(await _search(client, key, query="priv_in_p1"))
+    pages.append(await _search(client, key, query=WORD, project="p1", limit=50))
+    return pages
+
+
+def _ids(transcript: list[dict]) -> set[str]:
+    return {
+        i
+        for page in transcript
+        for r in page["results"]
+        for i in (r["id"], r["parent_entity_id"], *r["metadata"].get("collapsed", []))
+        if i
+    }
+
+
+PAIRS = [
+    ("priv_in_p1", ("ann",), ("bob", "dan", "eve"), "private in a project: owner only"),
+    ("priv_loose", ("ann", "eve"), ("bob", "dan", "ann@p1"), "private, no project: owner, grant"),
+    ("org_note", ("bob", "eve"), ("bob@p1",), "org scope vs a project-restricted key"),
+    ("p1_doc", ("bob", "dan", "bob@p1"), ("eve",), "private project: members and org admins"),
+    ("long_priv", ("ann",), ("bob", "dan"), "a passage is exactly as readable as its parent"),
+]
+
+
+@pytest.mark.parametrize("row, allowed, denied, why", PAIRS, ids=[p[0] for p in PAIRS])
+async def test_read_rule_pairs(engine, client, row, allowed, denied, why):
+    full = await _rules(engine, omit=None)
+    control = await _rules(engine, omit=row)
+    for reader in allowed:
+        assert row in _ids(await _transcript(client, full[reader])), (why, reader)
+    for reader in denied:
+        got = await _transcript(client, full[reader])
+        want = await _transcript(client, control[reader])
+        # byte-identical to an org where the row does not exist: same pages, ranks, scores,
+        # has_more; nothing counts, ranks around or hints at the hidden row
+        assert json.dumps(got) == json.dumps(want), (why, reader)
+        assert row not in _ids(got), (why, reader)
+
+
+async def test_paging_has_no_gaps_for_a_reader_who_cannot_see_some_matches(engine, client):
+    keys = await _rules(engine, omit=None)
+    everything = (await _search(client, keys["eve"], query=WORD, limit=50))["results"]
+    assert len(everything) == 9  # 7 open, the org note, the granted loose one; 3 are hidden
+    seen: list[str] = []
+    for offset in range(0, 12, 2):
+        page = await _search(client, keys["eve"], query=WORD, limit=2, offset=offset)
+        assert page["total"] == len(page["results"]) <= 2
+        assert page["has_more"] == (offset + 2 < len(everything))
+        seen += [r["id"] for r in page["results"]]
+    assert seen == [r["id"] for r in everything]  # no gap, no duplicate
+    assert page["results"] == [] and page["has_more"] is False
+
+
+# --- passages, folding, lifecycle, bounds -------------------------------------------------------
+
+
+async def test_passage_hits_carry_widen_with_and_fold_with_their_memory(engine, client):
+    keys = await _rules(engine, omit=None)
+    got = await _search(client, keys["ann"], query=WORD, limit=50, content_max_chars=40)
+    passages = [r for r in got["results"] if r["type"] == "passage"]
+    assert passages, got
+    hit = passages[0]
+    assert hit["parent_entity_id"] == "long_priv"
+    assert hit["widen_with"] == "fetch_slice"
+    assert isinstance(hit["passage_index"], int)
+    assert hit["metadata"]["parent_type"] == "document"
+    assert hit["content"].startswith("## Second") and len(hit["content"]) <= 43
+    assert hit["metadata"]["content_truncated"] is True
+    # one result per memory: the memory and its passages never both crowd a page
+    memories = [r["parent_entity_id"] or r["id"] for r in got["results"]]
+    assert len(memories) == len(set(memories))
+    # the passage can be widened by fetch_slice, as its parent for a citation
+    r = await _post(client, keys["ann"], {"entity_id": hit["id"]}, "/api/search/slice")
+    assert r.status_code == 200 and r.json()["parent_id"] == "long_priv"
+
+
+async def test_a_memory_and_its_passage_both_matching_keep_the_better_and_say_so(engine, client):
+    sfx, org = secrets.token_hex(3), "org_fold_" + secrets.token_hex(4)
+    body = f"## One\n\n{SECTION}\n\n## Two\n\n{SECTION} quokka\n"
+    records = [
+        *_org(sfx, org=org, users={"ann": "member"}),
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        _ent(org, sfx, "doc_q", "Quokka handbook", body, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query="quokka")
+    assert got["total"] == 1
+    (only,) = got["results"]
+    # the name (weight A) beats one word in a long span: the memory is kept, its passage folded
+    assert only["id"] == "doc_q"
+    (folded,) = only["metadata"]["collapsed"]
+    assert folded.startswith("passage_")
+    passage_only = await _search(client, key, query="quokka", types=["passage"])
+    assert [r["id"] for r in passage_only["results"]] == [folded]
+
+
+async def test_lifecycle_default_active_and_superseded_never_retired(engine, client):
+    sfx, org = secrets.token_hex(3), "org_life_" + secrets.token_hex(4)
+    records = [
+        *_org(sfx, org=org, users={"ann": "member"}),
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        _ent(org, sfx, "d_active", "Wombat active", "wombat"),
+        _ent(org, sfx, "d_super", "Wombat superseded", "wombat", lifecycle="superseded"),
+        _ent(org, sfx, "d_retired", "Wombat retired", "wombat", lifecycle="retired"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    default = await _search(client, key, query="wombat")
+    assert {r["id"]: r["lifecycle"] for r in default["results"]} == {
+        "d_active": "active",
+        "d_super": "superseded",
+    }
+    assert default["filters"]["lifecycle"] == ["active", "superseded"]
+    active = await _search(client, key, query="wombat", lifecycle=["active", "retired"])
+    assert [r["id"] for r in active["results"]] == ["d_active"]
+    assert active["filters"]["lifecycle"] == ["active"]
+    assert (await _search(client, key, query="d_retired"))["results"] == []
+    r = await _post(client, key, {"query": "wombat", "lifecycle": ["retired"]})
+    assert r.status_code == 400
+
+
+async def test_bounds_are_clamped_and_malformed_input_refused(engine, client):
+    keys = await _rules(engine, omit=None)
+    key = keys["ann"]
+    got = await _search(client, key, query=WORD, limit=500, offset=-3, content_max_chars=10**9)
+    assert (got["limit"], got["offset"]) == (policy.SEARCH_LIMIT.high, 0)
+    assert got["filters"]["content_max_chars"] == policy.PREVIEW_CHARS.high
+    assert (await _search(client, key, query=WORD, limit=0))["limit"] == 1
+    assert (await _search(client, key, query=WORD))["limit"] == policy.SEARCH_LIMIT.default
+    for body in (
+        {"query": "  "},
+        {"query": WORD, "types": ["bad type"]},
+        {"query": WORD, "lifecycle": ["zombie"]},
+        {"query": "x" * 2001},
+    ):
+        r = await _post(client, key, body)
+        assert r.status_code == 400, body
+        assert set(r.json()) == {"detail"}
+    for body in ({"query": WORD, "limit": "3"}, {"query": 7}, {"query": WORD, "nope": 1}):
+        assert (await _post(client, key, body)).status_code == 422, body
+    assert (await client.post("/api/search", json={"query": WORD})).status_code == 401
+
+
+async def test_capped_lanes_rank_a_bounded_deterministic_candidate_set(engine, client):
+    sfx, org = secrets.token_hex(3), "org_cap_" + secrets.token_hex(4)
+    records = [
+        *_org(sfx, org=org, users={"ann": "member"}),
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        *(_ent(org, sfx, f"m_{i:02d}", f"Numbat {i}", "numbat " * (i % 5 + 1)) for i in range(12)),
+    ]
+    await import_dicts(engine, records)
+    settings = Settings(search_candidate_cap=4)
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}", key_projects=None)
+        assert reader is not None
+        request = SearchRequest(query="numbat", limit=50)
+        first = await search(conn, reader, request, settings=settings)
+        again = await search(conn, reader, request, settings=settings)
+        uncapped = await search(conn, reader, request)
+    assert first == again
+    assert first.filters["candidates_capped"] is True and first.filters["candidate_cap"] == 4
+    ranked = [r for r in first.results if r.metadata["match"]["fulltext_rank"] is not None]
+    assert len(ranked) == 4  # the full-text lane ranked 4 candidates, not 12
+    assert uncapped.filters["candidates_capped"] is False and len(uncapped.results) == 12
+
+
+# --- MCP: the same verb as a tool ----------------------------------------------------------------
+
+
+async def test_the_search_tool_returns_what_rest_returns(engine, client):
+    keys = await _rules(engine, omit=None)
+    body = {"query": WORD, "limit": 3, "offset": 1}
+    async with Client(build_mcp(lambda: engine, fixed_key(keys["bob"]))) as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert tools["search"].annotations.read_only_hint is True
+        assert "at most 3 rounds" in tools["search"].description
+        result = await mcp.call_tool("search", body)
+        blank = await mcp.call_tool("search", {"query": " "})
+    assert not result.is_error
+    assert result.structured_content == await _search(client, keys["bob"], **body)
+    assert blank.is_error
+
+
+# --- the PEP corpus -------------------------------------------------------------------------------
+
+
+@pytest.mark.corpus
+async def test_type_hints_on_the_pep_corpus(client, pep_corpus):
+    typing = await _search(client, pep_corpus["user_typing_reader"], query="type hints")
+    assert "pep_0484" in [r["id"] for r in typing["results"][:3]]
+    outsider_pages = [
+        await _search(
+            client, pep_corpus["user_outsider"], query="type hints", limit=50, offset=offset
+        )
+        for offset in (0, 50, 100)
+    ]
+    seen = [r for page in outsider_pages for r in page["results"]]
+    assert seen, "the outsider still finds the public PEPs"
+    assert "pep_0484" not in _ids(outsider_pages)
+    assert all(r["project_id"] != "proj_typing" for r in seen)
