@@ -25,8 +25,25 @@ READ_BODIES: dict[str, list[dict]] = {
     "/api/search": [{"query": "body"}],
     "/api/context/pack": [{"goal": "body"}],
 }
+READ_GETS: dict[str, list[tuple[str, int]]] = {  # GET route -> (URL, expected status) samples
+    "/api/entities/{entity_id}": [
+        ("/api/entities/a", 200),
+        ("/api/entities/doc", 200),
+        ("/api/entities/missing", 404),
+    ],
+}
 WRITE_OR_ADMIN = re.compile(r"^/api/(entities|edges|admin)")
 MEMORY_TABLE = re.compile(r"\b(entities|passages)\b")
+
+
+def read_get_routes() -> set[str]:
+    """Every GET route under /api/ except the admin routes (from OpenAPI)."""
+    paths = create_app().openapi()["paths"]
+    return {
+        path
+        for path, methods in paths.items()
+        if path.startswith("/api/") and "get" in methods and not path.startswith("/api/admin")
+    }
 
 
 def read_routes() -> set[str]:
@@ -44,6 +61,10 @@ async def test_every_statement_of_every_read_route_embeds_the_read_rule(engine, 
     assert "/api/search/expand" in routes
     unknown = routes - set(READ_BODIES)
     assert not unknown, f"add sample bodies for new read routes: {unknown}"
+    get_routes = read_get_routes()
+    assert "/api/entities/{entity_id}" in get_routes
+    unknown_gets = get_routes - set(READ_GETS)
+    assert not unknown_gets, f"add sample URLs for new GET routes: {unknown_gets}"
     doc = "\n\n".join(f"# H{i}\n\n" + "text " * 300 for i in range(3))
     w = World().entity("a").entity("b").entity("doc", type_="document", content=doc)
     key = await w.edge("a", "RELATED_TO", "b").edge("a", "REFERENCES", "doc").load(engine)
@@ -59,6 +80,10 @@ async def test_every_statement_of_every_read_route_embeds_the_read_rule(engine, 
             for body in READ_BODIES[path]:
                 r = await client.post(path, json=body, headers={"Authorization": f"Bearer {key}"})
                 assert r.status_code == 200, (path, body, r.text)
+        for path in sorted(get_routes):
+            for url, status in READ_GETS[path]:
+                r = await client.get(url, headers={"Authorization": f"Bearer {key}"})
+                assert r.status_code == status, (url, r.text)
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
 

@@ -3,8 +3,11 @@
 Used by the NDJSON import and by the REST/MCP write routes, so a memory is cut the same way
 whichever door it came in by (contract §7, §9). Rules:
 
-- the revision starts at 1 and grows by one whenever the body or its cut changes; the cut is
-  redone in the same transaction, and passage ids are minted per (parent, revision, index);
+- the revision starts at 1 and grows by one on every change (§3: every content edit; a change
+  of name, scope, project, lifecycle or metadata too, so ``If-Match`` guards every field, §9);
+- when the body or its cut changes, the cut is redone in the same transaction and passage ids
+  are minted anew per (parent, revision, index); any other change keeps the spans (same ids,
+  same text) and moves them to the new revision;
 - an identical repeated write changes nothing (import idempotence);
 - mentions are re-derived from ``[[entity_id]]`` links on every body edit, keeping only links to
   existing entities that ``may_link`` accepts (the writer's read rule, on REST).
@@ -86,8 +89,10 @@ async def save_entity(
 ) -> tuple[Outcome, int]:
     """Create or update ``data`` in ``org_id``; return (outcome, revision).
 
-    The row is locked for the transaction; passages and derived mentions are rewritten only when
-    the body or its cut changed. ``may_link`` filters link targets (default: every existing one).
+    The row is locked for the transaction; any change bumps the revision; passages and derived
+    mentions are rewritten only when the body or its cut changed (otherwise the spans are
+    restamped with the new revision). ``may_link`` filters link targets (default: every
+    existing one).
     Raises ``BadRequest`` for a body over 1,000,000 characters or bad declared spans.
     """
     if len(data.content) > MAX_CONTENT_CHARS:
@@ -126,11 +131,13 @@ async def save_entity(
     )
     if same_fields and not body_changed:
         return "unchanged", stored.revision
-    revision = stored.revision + 1 if body_changed else stored.revision
+    revision = stored.revision + 1
     await writes.update_entity(conn, org_id=org_id, fields=fields, revision=revision)
     if body_changed:
         await _write_cut(conn, org_id=org_id, data=data, revision=revision, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
+    else:
+        await writes.restamp_passages(conn, org_id=org_id, parent_id=data.id, revision=revision)
     return "updated", revision
 
 

@@ -63,7 +63,7 @@ LOCK_ENTITY_SQL = text(
 SELECT type, name, content, project_id, scope, owner_id, lifecycle, metadata, revision,
        passage_kind
 FROM entities WHERE org_id = :org_id AND id = :id
-FOR UPDATE"""
+FOR NO KEY UPDATE"""
 )
 
 INSERT_ENTITY_SQL = text(
@@ -158,7 +158,11 @@ class PassageRow:
 
 
 async def lock_entity(conn: AsyncConnection, *, org_id: str, entity_id: str) -> StoredEntity | None:
-    """The stored entity, row-locked until the transaction ends, or None."""
+    """The stored entity, row-locked until the transaction ends, or None.
+
+    ``FOR NO KEY UPDATE``: concurrent edits wait, but edges and mentions pointing at the row may
+    still be written (their foreign-key checks take ``KEY SHARE``), so an edit and a link never
+    deadlock each other."""
     row = (await conn.execute(LOCK_ENTITY_SQL, {"org_id": org_id, "id": entity_id})).first()
     return StoredEntity(**row._mapping) if row is not None else None
 
@@ -261,6 +265,23 @@ async def stored_cut(
     """The (start, end, breadcrumb) of each stored span of ``parent_id``, in order."""
     rows = await conn.execute(STORED_CUT_SQL, {"org_id": org_id, "parent_id": parent_id})
     return [(r.start_offset, r.end_offset, r.breadcrumb) for r in rows]
+
+
+RESTAMP_PASSAGES_SQL = text(
+    """/* sibyl:write.passages_restamp */
+UPDATE passages SET parent_revision = :revision
+WHERE org_id = :org_id AND parent_id = :parent_id"""
+)
+
+
+async def restamp_passages(
+    conn: AsyncConnection, *, org_id: str, parent_id: str, revision: int
+) -> None:
+    """Move the unchanged spans of ``parent_id`` to ``revision`` (ids and text kept): an edit
+    that did not touch the body bumps the revision without re-cutting."""
+    await conn.execute(
+        RESTAMP_PASSAGES_SQL, {"org_id": org_id, "parent_id": parent_id, "revision": revision}
+    )
 
 
 MEMBER_EXISTS_SQL = text(

@@ -1,0 +1,352 @@
+"""Entity and edge verbs (contract §9, issue 5): create, read, update, delete a memory; write and
+delete an edge; grant a private memory. REST and MCP call these inside one transaction opened by
+:func:`app.domain.session.run_write` (or ``run_read`` for :func:`get_entity`).
+
+Every memory is written by :func:`app.domain.memories.save_entity`, the one write path shared
+with the importer: fields, the passage cut (§7) and the mentions derived from ``[[id]]`` links,
+in one transaction; a body edit re-cuts and re-mints passage ids; any change bumps ``revision``.
+Permissions are :mod:`app.domain.permissions`. Decisions:
+
+- ``If-Match: <revision>`` on PATCH and DELETE is compared with the locked row: a mismatch is
+  412 and nothing changes; concurrent writers with the same revision are serialized by the row
+  lock, so exactly one wins. Without ``If-Match`` a PATCH is last-write-wins (still atomic).
+- Unreadable and missing targets are the same 404 "Entity not found"; readable but not
+  writable is 403. An id given on create that is already taken in the org is 409 whether or not
+  the writer can read that memory (ids are the writer's choice; the minted default never
+  collides), and the answer names no id.
+- A self-edge is 400; an edge that would close a ``SUPERSEDES`` cycle is 409 (checked under an
+  org-wide transaction lock, so concurrent writers cannot close a cycle together); a repeated
+  edge is written once (``created: false``). ``MENTIONS`` and ``SHARES_COMMUNITY`` are derived
+  hops, never written as edges (400).
+- Writing ``A SUPERSEDES B`` marks ``B`` superseded when it is ``active`` (a retired memory stays
+  retired) and changes no other memory; deleting that edge changes no lifecycle (marking is an
+  explicit write: PATCH ``lifecycle``).
+- Deleting a memory removes its passages, mentions, edges, grants and community memberships
+  (foreign keys with cascade).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
+from app.domain import permissions
+from app.domain.memories import EntityData, save_entity
+from app.domain.reader import Reader
+from app.domain.validation import ID_RE, clean_text, stored_relationship
+from app.domain.write_schemas import EdgeIn, EdgeOut, EntityCreate, EntityOut, EntityPatch
+from app.repo import entities as repo
+from app.repo import writes as write_repo
+from app.repo.directory import delete_grant, insert_grant, user_in_org
+
+TYPE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+MAX_NAME_CHARS = 1000
+RESERVED_TYPES = frozenset({"passage"})
+_REVISION = re.compile(r'^(?:W/)?"?(\d{1,18})"?$')
+
+
+def parse_if_match(value: str | None) -> list[int] | None:
+    """The revisions an ``If-Match`` header accepts (None: no precondition).
+
+    Accepts ``3``, ``"3"``, ``W/"3"`` and comma-separated lists of them; ``*`` is no
+    precondition on an existing memory. Raises ``BadRequest`` for anything else.
+    """
+    if value is None or value.strip() == "*":
+        return None
+    out = []
+    for part in value.split(","):
+        match = _REVISION.match(part.strip())
+        if match is None:
+            raise BadRequest('If-Match must be a revision number, e.g. If-Match: "3"')
+        out.append(int(match.group(1)))
+    return out
+
+
+def etag(revision: int) -> str:
+    """The ``ETag`` of a memory at ``revision`` (what ``If-Match`` echoes back)."""
+    return f'"{revision}"'
+
+
+def _entity_id(value: str, *, field: str = "id") -> str:
+    stripped = value.strip()
+    if not ID_RE.fullmatch(stripped):
+        raise BadRequest(f"{field} must match [A-Za-z0-9_.:-]{{1,128}}")
+    return stripped
+
+
+def _type(value: str) -> str:
+    lowered = value.strip().lower()
+    if not TYPE_RE.fullmatch(lowered):
+        raise BadRequest("type must be a lower-case word matching [a-z][a-z0-9_]{0,63}")
+    if lowered in RESERVED_TYPES:
+        raise BadRequest("type 'passage' is reserved for the spans the service cuts")
+    return lowered
+
+
+def _name(value: str) -> str:
+    stripped = clean_text(value, field="name").strip()
+    if not stripped or len(stripped) > MAX_NAME_CHARS:
+        raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
+    return stripped
+
+
+def _project(value: str | None) -> str | None:
+    return None if value is None else _entity_id(value, field="project")
+
+
+def _check_scope(scope: str, project_id: str | None) -> None:
+    if scope == "org" and project_id is not None:
+        raise BadRequest("an org-scoped memory has no project")
+    if scope == "project" and project_id is None:
+        raise BadRequest("a project-scoped memory needs a project")
+
+
+def relationship_name(value: str) -> str:
+    """An upper-cased relationship name a writer may store (the importer's rule:
+    :func:`app.domain.validation.stored_relationship`); ``BadRequest`` outside
+    ``[A-Za-z0-9_]{1,64}`` or for a derived hop (``MENTIONS``: write a ``[[id]]`` link;
+    ``SHARES_COMMUNITY``: detected)."""
+    return stored_relationship(value.strip())
+
+
+async def _read_back(conn: AsyncConnection, reader: Reader, entity_id: str) -> EntityOut:
+    row = await repo.get_entity(conn, reader_params=reader.params(), entity_id=entity_id)
+    if row is None:  # the writer can always read what they may write; keep 404 semantics anyway
+        raise NotFound()
+    return EntityOut(**row.__dict__)
+
+
+async def _may_link(conn: AsyncConnection, reader: Reader, ids: list[str]) -> list[str]:
+    return await permissions.readable_subset(conn, reader, ids)
+
+
+async def get_entity(conn: AsyncConnection, reader: Reader, entity_id: str) -> EntityOut:
+    """``GET /api/entities/{id}``: the memory through the one read rule.
+
+    Raises ``NotFound`` (404 "Entity not found") when absent or unreadable; a passage id is not
+    a memory (read it with ``fetch_slice``).
+    """
+    row = await repo.get_entity(conn, reader_params=reader.params(), entity_id=entity_id.strip())
+    if row is None:
+        raise NotFound()
+    return EntityOut(**row.__dict__)
+
+
+async def create_entity(
+    conn: AsyncConnection, reader: Reader, body: EntityCreate, *, evidence_lines: int
+) -> EntityOut:
+    """Create a memory owned by ``reader``; returns it at revision 1.
+
+    Raises ``BadRequest`` (bad id, type, name, scope/project combination, content over
+    1,000,000 characters, declared spans that do not tile the body), ``NotFound`` ("Project not
+    found"), ``Forbidden`` (placement not allowed, see :func:`permissions.check_placement`),
+    ``Conflict`` (the id is taken in the org).
+    """
+    type_ = _type(body.type)
+    entity_id = _entity_id(body.id) if body.id is not None else f"{type_}_{secrets.token_hex(6)}"
+    if entity_id.startswith("passage_"):
+        raise BadRequest("ids starting with 'passage_' are reserved for passages")
+    project_id = _project(body.project)
+    scope = body.scope or ("project" if project_id else "private")
+    _check_scope(scope, project_id)
+    await permissions.check_placement(conn, reader, scope=scope, project_id=project_id)
+    if await repo.lock_new_id(conn, org_id=reader.org_id, entity_id=entity_id):
+        raise Conflict("This id is already taken in the org; choose another or omit it")
+    data = EntityData(
+        id=entity_id,
+        type=type_,
+        name=_name(body.name),
+        content=clean_text(body.content, field="content"),
+        scope=scope,
+        project_id=project_id,
+        owner_id=reader.user_id,
+        lifecycle=body.lifecycle,
+        metadata=body.metadata,
+        spans=[s.model_dump() for s in body.spans] if body.spans is not None else None,
+    )
+
+    async def may_link(ids: list[str]) -> list[str]:
+        return await _may_link(conn, reader, ids)
+
+    await save_entity(
+        conn,
+        org_id=reader.org_id,
+        data=data,
+        evidence_lines=evidence_lines,
+        may_link=may_link,
+    )
+    return await _read_back(conn, reader, entity_id)
+
+
+async def update_entity(
+    conn: AsyncConnection,
+    reader: Reader,
+    entity_id: str,
+    body: EntityPatch,
+    *,
+    if_match: list[int] | None,
+    evidence_lines: int,
+) -> EntityOut:
+    """Change the fields of ``body`` that were sent; return the memory after the change.
+
+    A body edit re-cuts in this transaction (new passage ids; old ones 404 in ``fetch_slice``)
+    and re-derives mentions; any change bumps the revision; an identical PATCH changes nothing.
+    A change of scope or project must be allowed at the destination (see
+    :func:`permissions.check_placement`). Raises ``NotFound``, ``Forbidden``,
+    ``PreconditionFailed`` (If-Match does not name the current revision) and ``BadRequest``.
+    """
+    target = await permissions.writable_target(
+        conn, reader, entity_id.strip(), lock="no_key_update"
+    )
+    if if_match is not None and target.revision not in if_match:
+        raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
+    stored = await write_repo.lock_entity(conn, org_id=reader.org_id, entity_id=target.id)
+    if stored is None:  # locked above in this transaction: cannot happen
+        raise NotFound()
+    sent = body.model_fields_set
+    scope = body.scope or stored.scope
+    if "project" in sent:
+        project_id = _project(body.project)
+    elif scope == "org":
+        project_id = None
+    else:
+        project_id = stored.project_id
+    _check_scope(scope, project_id)
+    owner_id = (stored.owner_id or reader.user_id) if scope == "private" else stored.owner_id
+    if (scope, project_id) != (stored.scope, stored.project_id):
+        await permissions.check_placement(conn, reader, scope=scope, project_id=project_id)
+    data = EntityData(
+        id=target.id,
+        type=_type(body.type) if body.type is not None else stored.type,
+        name=_name(body.name) if body.name is not None else stored.name,
+        content=(
+            clean_text(body.content, field="content")
+            if body.content is not None
+            else stored.content
+        ),
+        scope=scope,
+        project_id=project_id,
+        owner_id=owner_id,
+        lifecycle=body.lifecycle or stored.lifecycle,
+        metadata=body.metadata if body.metadata is not None else stored.metadata,
+        spans=[s.model_dump() for s in body.spans] if body.spans is not None else None,
+    )
+
+    async def may_link(ids: list[str]) -> list[str]:
+        return await _may_link(conn, reader, ids)
+
+    await save_entity(
+        conn,
+        org_id=reader.org_id,
+        data=data,
+        evidence_lines=evidence_lines,
+        may_link=may_link,
+    )
+    return await _read_back(conn, reader, target.id)
+
+
+async def delete_entity(
+    conn: AsyncConnection, reader: Reader, entity_id: str, *, if_match: list[int] | None
+) -> None:
+    """Delete a memory with everything derived from it (passages, mentions, edges, grants,
+    community memberships). Raises ``NotFound``, ``Forbidden``, ``PreconditionFailed``."""
+    target = await permissions.writable_target(conn, reader, entity_id.strip())
+    if if_match is not None and target.revision not in if_match:
+        raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
+    await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id)
+
+
+async def _edge_targets(
+    conn: AsyncConnection, reader: Reader, body: EdgeIn
+) -> tuple[str, str, str]:
+    """Validate an edge and authorize it; return (src, relationship, dst), rows locked."""
+    src = _entity_id(body.src, field="src")
+    dst = _entity_id(body.dst, field="dst")
+    relationship = relationship_name(body.relationship)
+    if src == dst:
+        raise BadRequest("an edge may not point at its own source")
+    target_write = relationship in permissions.TARGET_WRITE_RELATIONSHIPS
+    if relationship == "SUPERSEDES":  # before any row lock: one lock order for every writer
+        await repo.lock_supersedes(conn, org_id=reader.org_id)
+    found = await permissions.load_targets(
+        conn, reader, [src, dst], lock="no_key_update" if target_write else "share"
+    )
+    if src not in found or dst not in found:
+        raise NotFound()
+    if not permissions.may_write(reader, found[src]):
+        raise Forbidden(permissions.NOT_WRITABLE)
+    if target_write and not permissions.may_write(reader, found[dst]):
+        raise Forbidden(f"{relationship} needs write access to its target too")
+    return src, relationship, dst
+
+
+async def create_edge(conn: AsyncConnection, reader: Reader, body: EdgeIn) -> EdgeOut:
+    """``POST /api/edges``: write ``src -relationship-> dst`` once.
+
+    Raises ``BadRequest`` (self-edge, bad names, a derived relationship), ``NotFound`` (either
+    end absent or unreadable), ``Forbidden`` (source, or the target of SUPERSEDES/CONTRADICTS,
+    not writable), ``Conflict`` (a SUPERSEDES cycle). A SUPERSEDES edge marks an active target
+    superseded (``superseded`` names it).
+    """
+    src, relationship, dst = await _edge_targets(conn, reader, body)
+    org = reader.org_id
+    if relationship == "SUPERSEDES" and await repo.supersedes_path(
+        conn, org_id=org, src_id=src, dst_id=dst
+    ):
+        raise Conflict("This SUPERSEDES edge would close a cycle")
+    created = await repo.insert_edge(
+        conn, org_id=org, src_id=src, relationship=relationship, dst_id=dst
+    )
+    superseded = None
+    if created and relationship == "SUPERSEDES":
+        revision = await repo.mark_superseded(conn, org_id=org, entity_id=dst)
+        if revision is not None:
+            await write_repo.restamp_passages(conn, org_id=org, parent_id=dst, revision=revision)
+            superseded = dst
+    return EdgeOut(
+        src=src, relationship=relationship, dst=dst, created=created, superseded=superseded
+    )
+
+
+async def delete_edge(conn: AsyncConnection, reader: Reader, body: EdgeIn) -> None:
+    """``DELETE /api/edges``: remove one edge; permissions as for writing it. No lifecycle
+    changes. Raises ``NotFound`` ("Edge not found" when both ends are readable but the edge
+    does not exist), ``Forbidden``, ``BadRequest``."""
+    src, relationship, dst = await _edge_targets(conn, reader, body)
+    if not await repo.delete_edge(
+        conn, org_id=reader.org_id, src_id=src, relationship=relationship, dst_id=dst
+    ):
+        raise NotFound("Edge not found")
+
+
+async def set_grant(
+    conn: AsyncConnection,
+    reader: Reader,
+    entity_id: str,
+    user_id: str,
+    *,
+    granted: bool,
+    as_admin: bool = False,
+) -> None:
+    """Grant (or revoke) read access to a memory for ``user_id`` of the reader's org.
+
+    Allowed to the memory's owner, or with ``as_admin`` (an org owner/admin on an admin route)
+    when the admin can read the memory themselves: nobody grants what they cannot read. Raises
+    ``NotFound`` (memory or user absent/unreadable, or no such grant to revoke), ``Forbidden``.
+    """
+    found = await permissions.load_targets(conn, reader, [entity_id.strip()], lock="share")
+    target = found.get(entity_id.strip())
+    if target is None:
+        raise NotFound()
+    if not (target.owner_id == reader.user_id or (as_admin and permissions.is_org_admin(reader))):
+        raise Forbidden("Only the memory's owner (or an org admin) may share it")
+    user = user_id.strip()
+    if not await user_in_org(conn, org_id=reader.org_id, user_id=user):
+        raise NotFound("User not found")
+    if granted:
+        await insert_grant(conn, org_id=reader.org_id, entity_id=target.id, user_id=user)
+    elif not await delete_grant(conn, org_id=reader.org_id, entity_id=target.id, user_id=user):
+        raise NotFound("Grant not found")

@@ -1,0 +1,229 @@
+"""Request and response shapes of the write surface (contract §9, issue 5), shared by REST and
+MCP: entities, edges, grants, and the admin directory (users, projects, members, API keys).
+
+A field of the wrong JSON type, an unknown field or a value outside a closed set (``scope``,
+``lifecycle``, roles) is a validation error (HTTP 422 / MCP tool error); everything else that is
+wrong with a value (a blank name, a bad id or type alphabet, spans that do not tile the body) is
+a 400 raised by the domain with the reason.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+Scope = Literal["project", "private", "org"]
+Lifecycle = Literal["active", "superseded", "retired"]
+OrgRole = Literal["owner", "admin", "member", "viewer"]
+ProjectRole = Literal["viewer", "contributor", "maintainer", "owner"]
+Visibility = Literal["private", "org"]
+KeyScope = Literal["read", "write", "admin"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpanIn(_Request):
+    """A declared span (contract §7): ``[start, end)`` character offsets into the body."""
+
+    start: StrictInt = Field(description="First character of the span (0-based).")
+    end: StrictInt = Field(description="One past the last character of the span.")
+    label: StrictStr = Field(description="Shown as the span's breadcrumb.")
+
+
+SPANS_DESCRIPTION = (
+    "Declared spans that tile the body exactly, in order (no gap, no overlap, at most 64); "
+    "otherwise the memory is cut by its type (prose over 2000 characters, or 40-line evidence "
+    "windows for an `observation`)."
+)
+
+
+class EntityCreate(_Request):
+    """``POST /api/entities``: a new memory. The writer becomes its owner."""
+
+    id: StrictStr | None = Field(
+        default=None,
+        description="A stable id `[A-Za-z0-9_.:-]{1,128}` (default: minted as `<type>_<12 hex>`)."
+        " An id already taken in the org is a 409.",
+    )
+    type: StrictStr = Field(description="A lower-case word: note, decision, task, observation...")
+    name: StrictStr = Field(description="A short title, 1-1000 characters.")
+    content: StrictStr = Field(default="", description="The body (at most 1,000,000 characters).")
+    scope: Scope | None = Field(
+        default=None,
+        description="project (readable by the project's readers), private (owner and grantees), "
+        "or org (every org member). Default: project when a project is given, else private.",
+    )
+    project: StrictStr | None = Field(
+        default=None, description="The project it lives in (needs contributor there)."
+    )
+    lifecycle: Lifecycle = Field(default="active", description="active, superseded or retired.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Any JSON object.")
+    spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
+
+
+class EntityPatch(_Request):
+    """``PATCH /api/entities/{id}``: the fields to change; an absent field keeps its value.
+
+    ``project: null`` takes the memory out of its project; ``metadata`` replaces the whole
+    object. Changing ``scope`` to ``org`` drops the project (an org memory has none).
+    """
+
+    type: StrictStr | None = None
+    name: StrictStr | None = None
+    content: StrictStr | None = None
+    scope: Scope | None = None
+    project: StrictStr | None = None
+    lifecycle: Lifecycle | None = None
+    metadata: dict[str, Any] | None = None
+    spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
+
+
+class EntityOut(BaseModel):
+    """One memory as its reader sees it. ``revision`` is the value to send in ``If-Match``."""
+
+    id: str
+    type: str
+    name: str
+    content: str
+    scope: str
+    project_id: str | None
+    owner_id: str | None
+    lifecycle: str
+    metadata: dict[str, Any]
+    revision: int
+    passage_kind: str | None = Field(description="prose, evidence, declared, or null (not cut).")
+    passage_total: int = Field(description="Number of current spans (0: not cut).")
+    created_at: datetime
+    updated_at: datetime
+
+
+class EdgeIn(_Request):
+    """``POST /api/edges``: ``src -relationship-> dst`` (dependent → dependency, newer → older)."""
+
+    src: StrictStr = Field(description="The memory the edge starts from (you must write it).")
+    relationship: StrictStr = Field(
+        description="Upper-case name `[A-Za-z0-9_]{1,64}`, e.g. DEPENDS_ON, SUPERSEDES."
+    )
+    dst: StrictStr = Field(
+        description="The memory it points at (you must read it; for SUPERSEDES and CONTRADICTS, "
+        "write it)."
+    )
+
+
+class EdgeOut(BaseModel):
+    """A stored edge; ``created`` is false when it already existed (nothing was written)."""
+
+    src: str
+    relationship: str
+    dst: str
+    created: bool
+    superseded: str | None = Field(
+        default=None, description="The memory this SUPERSEDES edge marked `superseded`, if any."
+    )
+
+
+class GrantOut(BaseModel):
+    """An explicit read grant of one private memory to one user."""
+
+    entity_id: str
+    user_id: str
+
+
+class UserIn(_Request):
+    """``POST /api/admin/users``: a user of the admin's org (the id is minted)."""
+
+    handle: StrictStr = Field(description="A display handle, 1-200 characters.")
+    role: OrgRole = "member"
+
+
+class UserPatch(_Request):
+    """``PATCH /api/admin/users/{id}``."""
+
+    handle: StrictStr | None = None
+    role: OrgRole | None = None
+
+
+class UserOut(BaseModel):
+    """A user of the org."""
+
+    id: str
+    handle: str
+    role: str
+    created_at: datetime
+
+
+class ProjectIn(_Request):
+    """``POST /api/admin/projects``."""
+
+    id: StrictStr | None = Field(
+        default=None, description="A project id `[A-Za-z0-9_.:-]{1,128}` (default: minted)."
+    )
+    name: StrictStr
+    visibility: Visibility = "private"
+
+
+class ProjectPatch(_Request):
+    """``PATCH /api/admin/projects/{id}``."""
+
+    name: StrictStr | None = None
+    visibility: Visibility | None = None
+
+
+class ProjectOut(BaseModel):
+    """A project of the org."""
+
+    id: str
+    name: str
+    visibility: str
+    created_at: datetime
+
+
+class MemberIn(_Request):
+    """``PUT /api/admin/projects/{project}/members/{user}``."""
+
+    role: ProjectRole
+
+
+class MemberOut(BaseModel):
+    """A user's role in a project."""
+
+    project_id: str
+    user_id: str
+    role: str
+
+
+def _read_scope() -> list[KeyScope]:
+    return ["read"]
+
+
+class KeyIn(_Request):
+    """``POST /api/admin/keys``."""
+
+    user_id: StrictStr
+    scopes: list[KeyScope] = Field(default_factory=_read_scope, min_length=1)
+    projects: list[StrictStr] | None = Field(
+        default=None, description="Restrict the key to these projects (default: unrestricted)."
+    )
+    label: StrictStr | None = None
+
+
+class KeyOut(BaseModel):
+    """An API key's record; the secret itself is never stored nor listed."""
+
+    id: str
+    user_id: str
+    scopes: list[str]
+    projects: list[str] | None
+    label: str | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyCreated(KeyOut):
+    """A freshly minted key: ``key`` is shown this once."""
+
+    key: str

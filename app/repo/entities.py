@@ -1,0 +1,171 @@
+"""Statements of the entity and edge routes (contract §9): read one memory through the read
+rule, delete a memory, write and delete edges, keep SUPERSEDES acyclic.
+
+Inserting a memory and its passages is :mod:`app.repo.writes` (shared with the importer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repo.readrule import readable
+
+GET_ENTITY_SQL = text(
+    f"""/* sibyl:entity.get */
+SELECT t.id, t.type, t.name, t.content, t.scope, t.project_id, t.owner_id, t.lifecycle,
+       t.metadata, t.revision, t.passage_kind, t.passage_total, t.created_at, t.updated_at
+FROM entities t
+WHERE t.org_id = :r_org AND t.id = :id AND {readable("t")}"""
+)
+
+DELETE_ENTITY_SQL = text(
+    """/* sibyl:entity.delete */
+DELETE FROM entities WHERE org_id = :org_id AND id = :id RETURNING id"""
+)
+
+ENTITY_CREATE_LOCK_SQL = text(
+    """/* sibyl:entity.create_lock */
+SELECT pg_advisory_xact_lock(hashtext(:org_id), hashtext('sibyl:entity:' || :id))"""
+)
+
+ID_TAKEN_SQL = text(
+    """/* sibyl:entity.id_taken */
+SELECT 1 FROM entities WHERE org_id = :org_id AND id = :id"""
+)
+
+INSERT_EDGE_SQL = text(
+    """/* sibyl:edge.insert */
+INSERT INTO edges (org_id, src_id, relationship, dst_id)
+VALUES (:org_id, :src_id, :relationship, :dst_id)
+ON CONFLICT DO NOTHING
+RETURNING src_id"""
+)
+
+DELETE_EDGE_SQL = text(
+    """/* sibyl:edge.delete */
+DELETE FROM edges
+WHERE org_id = :org_id AND src_id = :src_id AND relationship = :relationship AND dst_id = :dst_id
+RETURNING src_id"""
+)
+
+SUPERSEDES_LOCK_SQL = text(
+    """/* sibyl:edge.supersedes_lock */
+SELECT pg_advisory_xact_lock(hashtext(:org_id), hashtext('sibyl:supersedes'))"""
+)
+
+# Would src -SUPERSEDES-> dst close a cycle? Only if src is reachable from dst already. UNION (not
+# UNION ALL) drops ids already reached, so the walk ends even on a cycle an import let in.
+SUPERSEDES_PATH_SQL = text(
+    """/* sibyl:edge.supersedes_path */
+WITH RECURSIVE reach(id) AS (
+    SELECT CAST(:dst_id AS text) COLLATE "C"
+  UNION
+    SELECT e.dst_id
+    FROM reach r
+    JOIN edges e ON e.org_id = :org_id AND e.src_id = r.id AND e.relationship = 'SUPERSEDES'
+)
+SELECT EXISTS (SELECT 1 FROM reach WHERE id = :src_id)"""
+)
+
+MARK_SUPERSEDED_SQL = text(
+    """/* sibyl:entity.mark_superseded */
+UPDATE entities SET lifecycle = 'superseded', revision = revision + 1, updated_at = now()
+WHERE org_id = :org_id AND id = :id AND lifecycle = 'active'
+RETURNING revision"""
+)
+
+
+@dataclass(frozen=True)
+class EntityRow:
+    """One memory, every stored field a reader may see."""
+
+    id: str
+    type: str
+    name: str
+    content: str
+    scope: str
+    project_id: str | None
+    owner_id: str | None
+    lifecycle: str
+    metadata: dict[str, Any]
+    revision: int
+    passage_kind: str | None
+    passage_total: int
+    created_at: datetime
+    updated_at: datetime
+
+
+async def get_entity(
+    conn: AsyncConnection, *, reader_params: dict[str, object], entity_id: str
+) -> EntityRow | None:
+    """The memory ``entity_id`` if the reader can read it (the one read rule), else None."""
+    row = (await conn.execute(GET_ENTITY_SQL, {**reader_params, "id": entity_id})).first()
+    return EntityRow(**row._mapping) if row is not None else None
+
+
+async def lock_new_id(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
+    """Serialize creators of ``entity_id`` in ``org_id`` (transaction advisory lock) and
+    return whether the id is already taken (by any memory of the org)."""
+    await conn.execute(ENTITY_CREATE_LOCK_SQL, {"org_id": org_id, "id": entity_id})
+    return (
+        await conn.execute(ID_TAKEN_SQL, {"org_id": org_id, "id": entity_id})
+    ).first() is not None
+
+
+async def delete_entity(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
+    """Delete a memory; its passages, mentions, edges, grants and community memberships go with
+    it (foreign keys ``ON DELETE CASCADE``). True when a row was deleted."""
+    result = await conn.execute(DELETE_ENTITY_SQL, {"org_id": org_id, "id": entity_id})
+    return result.first() is not None
+
+
+async def insert_edge(
+    conn: AsyncConnection, *, org_id: str, src_id: str, relationship: str, dst_id: str
+) -> bool:
+    """Insert ``src -relationship-> dst``; False when it already existed (nothing written).
+
+    ``ON CONFLICT DO NOTHING``: a concurrent identical insert waits for the first to commit, then
+    writes nothing, so two writers of one edge leave exactly one row and no error.
+    """
+    result = await conn.execute(
+        INSERT_EDGE_SQL,
+        {"org_id": org_id, "src_id": src_id, "relationship": relationship, "dst_id": dst_id},
+    )
+    return result.first() is not None
+
+
+async def delete_edge(
+    conn: AsyncConnection, *, org_id: str, src_id: str, relationship: str, dst_id: str
+) -> bool:
+    """Delete one edge; False when there was none."""
+    result = await conn.execute(
+        DELETE_EDGE_SQL,
+        {"org_id": org_id, "src_id": src_id, "relationship": relationship, "dst_id": dst_id},
+    )
+    return result.first() is not None
+
+
+async def lock_supersedes(conn: AsyncConnection, *, org_id: str) -> None:
+    """Serialize every SUPERSEDES writer of ``org_id`` until the transaction ends, so the cycle
+    check and the insert that follows it see every other SUPERSEDES edge of the org."""
+    await conn.execute(SUPERSEDES_LOCK_SQL, {"org_id": org_id})
+
+
+async def supersedes_path(conn: AsyncConnection, *, org_id: str, src_id: str, dst_id: str) -> bool:
+    """True when ``dst`` already reaches ``src`` through SUPERSEDES edges (so ``src
+    -SUPERSEDES-> dst`` would close a cycle). Reads every edge of the org, readable or not."""
+    result = await conn.execute(
+        SUPERSEDES_PATH_SQL, {"org_id": org_id, "src_id": src_id, "dst_id": dst_id}
+    )
+    return bool(result.scalar())
+
+
+async def mark_superseded(conn: AsyncConnection, *, org_id: str, entity_id: str) -> int | None:
+    """Set an ``active`` memory's lifecycle to ``superseded`` (revision + 1); return the new
+    revision, or None when it was not active (superseded or retired: left as it is)."""
+    return (await conn.execute(MARK_SUPERSEDED_SQL, {"org_id": org_id, "id": entity_id})).scalar()

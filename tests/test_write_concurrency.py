@@ -1,0 +1,224 @@
+"""Concurrent writers (contract §9, issue 5): identical edges from two OS processes leave one
+edge and no 500; concurrent ``If-Match`` PATCHes have exactly one winner; concurrent writers
+cannot close a SUPERSEDES cycle together, create one id twice, or deadlock each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections import Counter
+
+import httpx
+
+from app.api.app import create_app
+from app.core.db import make_engine
+from app.core.settings import PROJECT_ROOT
+from tests.team import Team, call, scalar
+
+# One writer process: the verb REST's POST /api/edges runs (same transaction, same mapping of
+# errors), without importing the web stack, so the two processes start quickly. An unexpected
+# exception (a 500 on REST) kills the process and fails the test.
+WRITER = """
+import asyncio, json, os, sys
+from sqlalchemy import text
+from app.core.db import make_engine
+from app.core.errors import DomainError
+from app.domain.entities import create_edge
+from app.domain.session import run_write
+from app.domain.write_schemas import EdgeIn
+
+async def main():
+    engine = make_engine(os.environ["DATABASE_URL"])
+    body = EdgeIn(**json.loads(os.environ["EDGE"]))
+
+    async def one():
+        try:
+            edge = await run_write(
+                engine, os.environ["KEY"], lambda conn, reader: create_edge(conn, reader, body)
+            )
+        except DomainError as exc:
+            return exc.status
+        return 201 if edge.created else 200
+
+    async with engine.connect() as conn:
+        await conn.execute(text("SELECT 1"))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    answers = await asyncio.gather(*[one() for _ in range(10)])
+    await engine.dispose()
+    print(json.dumps(answers), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def edge_count(engine, org: str) -> int:
+    return int(await scalar(engine, "SELECT count(*) FROM edges WHERE org_id = :o", o=org))
+
+
+async def test_identical_edges_from_two_processes_leave_one_edge(engine, database_url):
+    t = await Team().load(engine)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "KEY": await t.key(engine, "ann"),
+        "EDGE": json.dumps({"src": "n1", "relationship": "DEPENDS_ON", "dst": "n2"}),
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            WRITER,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for p in procs:  # both are connected and waiting: release them together
+            assert p.stdout is not None
+            line = await asyncio.wait_for(p.stdout.readline(), timeout=60)
+            assert line.strip() == b"ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(b"go\n")
+        outputs = await asyncio.wait_for(
+            asyncio.gather(*[p.communicate() for p in procs]), timeout=60
+        )
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+    statuses: Counter[int] = Counter()
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err.decode()
+        statuses.update(json.loads(out.decode().strip().splitlines()[-1]))
+    assert statuses == Counter({201: 1, 200: 19})
+    assert await edge_count(engine, t.org) == 1
+
+
+async def test_identical_supersedes_edges_from_two_engines(engine, database_url):
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    second = make_engine(database_url)
+    try:
+        transport = httpx.ASGITransport(app=create_app(second))
+        async with httpx.AsyncClient(transport=transport, base_url="http://second") as other:
+            app_first = httpx.ASGITransport(app=create_app(engine))
+            async with httpx.AsyncClient(transport=app_first, base_url="http://first") as first:
+                body = {"src": "n1", "relationship": "SUPERSEDES", "dst": "n2"}
+                answers = await asyncio.gather(
+                    *[
+                        call(c, "POST", "/api/edges", ann, json=body)
+                        for _ in range(10)
+                        for c in (first, other)
+                    ]
+                )
+    finally:
+        await second.dispose()
+    assert Counter(r.status_code for r in answers) == Counter({201: 1, 200: 19})
+    assert await edge_count(engine, t.org) == 1
+    revision = await scalar(
+        engine, "SELECT revision FROM entities WHERE org_id = :o AND id = 'n2'", o=t.org
+    )
+    assert revision == 2  # marked superseded exactly once
+
+
+async def test_concurrent_if_match_patches_have_one_winner(engine, client):
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    for field, values in (
+        ("name", [f"Name {i}" for i in range(8)]),
+        ("content", [f"Body {i}" for i in range(8)]),
+    ):
+        current = (await call(client, "GET", "/api/entities/n1", ann)).json()["revision"]
+        answers = await asyncio.gather(
+            *[
+                call(
+                    client,
+                    "PATCH",
+                    "/api/entities/n1",
+                    ann,
+                    json={field: v},
+                    headers={"If-Match": f'"{current}"'},
+                )
+                for v in values
+            ]
+        )
+        assert Counter(r.status_code for r in answers) == Counter({200: 1, 412: 7})
+        winner = next(r.json() for r in answers if r.status_code == 200)
+        stored = (await call(client, "GET", "/api/entities/n1", ann)).json()
+        assert stored[field] == winner[field] and stored["revision"] == current + 1
+
+
+async def test_concurrent_writers_cannot_close_a_supersedes_cycle(engine, client):
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    ids = [f"s{i}" for i in range(6)]
+    for i in ids:
+        await call(
+            client,
+            "POST",
+            "/api/entities",
+            ann,
+            json={"id": i, "type": "plan", "name": i, "project": "p1"},
+        )
+    pairs = [("s0", "s1"), ("s2", "s3"), ("s4", "s5")]
+    answers = await asyncio.gather(
+        *[
+            call(
+                client,
+                "POST",
+                "/api/edges",
+                ann,
+                json={"src": a, "relationship": "SUPERSEDES", "dst": b},
+            )
+            for x, y in pairs
+            for a, b in ((x, y), (y, x))
+        ]
+    )
+    assert Counter(r.status_code for r in answers) == Counter({201: 3, 409: 3})
+    assert await edge_count(engine, t.org) == 3
+
+
+async def test_concurrent_creates_of_one_id_and_mixed_writers_never_fail(engine, client):
+    t = await Team().load(engine)
+    ann, bob = await t.key(engine, "ann"), await t.key(engine, "bob")
+    body = {"id": "same", "type": "note", "name": "Same", "project": "p1"}
+    answers = await asyncio.gather(
+        *[call(client, "POST", "/api/entities", ann, json=body) for _ in range(8)]
+    )
+    assert Counter(r.status_code for r in answers) == Counter({201: 1, 409: 7})
+
+    def edge(src, rel, dst):
+        return call(
+            client, "POST", "/api/edges", ann, json={"src": src, "relationship": rel, "dst": dst}
+        )
+
+    work = []
+    for i in range(3):
+        work += [
+            edge("n1", "CONTRADICTS", "n2"),
+            edge("n2", "CONTRADICTS", "n1"),
+            edge("n1", "RELATED_TO", "same"),
+            edge("same", "DEPENDS_ON", "n2"),
+            edge("n2", "SUPERSEDES", "same"),
+            call(
+                client, "PATCH", "/api/entities/n2", bob, json={"content": f"Edit {i} of n2 [[n1]]"}
+            ),
+            call(client, "PATCH", "/api/entities/n1", bob, json={"name": f"N1 {i}"}),
+            call(client, "PATCH", "/api/entities/n1", bob, json={"content": f"{i}: see [[n2]]"}),
+            call(client, "PATCH", "/api/entities/same", ann, json={"content": f"[[n1]] {i}"}),
+        ]
+    answers = await asyncio.gather(*work)
+    assert {r.status_code for r in answers} <= {200, 201}, [
+        r.text for r in answers if r.status_code >= 300
+    ]
+    assert await edge_count(engine, t.org) == 5
