@@ -13,10 +13,33 @@ NAME_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
 ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
+BAD_TEXT = "text must be valid UTF-8 without NUL characters"
+
+
+def is_clean_text(value: str) -> bool:
+    """True iff ``value`` can be stored and echoed: no NUL character, no lone surrogate."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def clean_text(value: str, *, field: str) -> str:
+    """``value`` unchanged, or ``BadRequest`` naming ``field`` when it holds a NUL character or
+    a lone surrogate (PostgreSQL text cannot store them; JSON cannot echo them)."""
+    if not is_clean_text(value):
+        raise BadRequest(f"{field}: {BAD_TEXT}")
+    return value
+
+
 def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
     """Strip each seed and drop exact duplicates keeping order (§5).
 
-    Raises ``BadRequest`` for an empty list or a blank or non-string id. Ids that cannot exist
+    Raises ``BadRequest`` for an empty list, a blank or non-string id, or one holding a NUL
+    character or a lone surrogate. Ids that cannot exist
     (outside the id alphabet) are kept: they simply do not resolve, like any absent id.
     """
     if len(entity_ids) == 0:
@@ -26,7 +49,7 @@ def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
     for raw in entity_ids:
         if not isinstance(raw, str) or not raw.strip():
             raise BadRequest("entity_ids must be non-blank strings")
-        seed = raw.strip()
+        seed = clean_text(raw, field="entity_ids").strip()
         if seed not in seen:
             seen.add(seed)
             out.append(seed)
@@ -61,8 +84,9 @@ def normalize_project(project: str | None) -> str | None:
 
 
 def require_id(value: str, *, field: str) -> str:
-    """A stripped, non-blank id; raises ``BadRequest`` naming ``field`` otherwise."""
-    stripped = value.strip()
+    """A stripped, non-blank id without NUL or lone surrogates; ``BadRequest`` naming ``field``
+    otherwise."""
+    stripped = clean_text(value, field=field).strip()
     if not stripped:
         raise BadRequest(f"{field} must be a non-blank string")
     return stripped

@@ -1,0 +1,81 @@
+"""Bad input never reaches a 500: NUL bytes, lone surrogates, non-finite numbers, huge bodies."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.world import World
+
+
+@pytest.fixture
+async def key(engine):
+    return await World().entity("x").load(engine)
+
+
+def raw(body: str) -> dict:
+    return {
+        "content": body.encode("utf-8", "surrogatepass"),
+        "headers": {"Content-Type": "application/json"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/search/expand", '{"entity_ids": ["x\\u0000"]}'),
+        ("/api/search/expand", '{"entity_ids": ["\\udfff"]}'),
+        ("/api/search/slice", '{"entity_id": "x\\u0000"}'),
+        ("/api/search/slice", '{"entity_id": "\\ud800"}'),
+        ("/api/search/expand", '{"entity_ids": ["x"], "project": "p\\u0000"}'),
+    ],
+)
+async def test_unstorable_text_is_400(client, key, path, body):
+    r = await client.post(
+        path,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        content=body,
+    )
+    assert r.status_code == 400, r.text
+    assert "detail" in r.json()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"entity_ids": ["x"], "depth": NaN}',
+        '{"entity_ids": ["x"], "limit": Infinity}',
+        '{"entity_ids": ["x"], "content_max_chars": -Infinity}',
+        '{"entity_ids": ["x"], "depth": 1e400}',
+        '{"entity_ids": ["x"], "surprise": NaN}',
+    ],
+)
+async def test_non_finite_numbers_are_422_without_echo(client, key, body):
+    r = await client.post(
+        "/api/search/expand",
+        content=body,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert all(set(e) == {"loc", "msg", "type"} for e in detail)
+
+
+async def test_422_does_not_echo_ids(client, key):
+    r = await client.post(
+        "/api/search/slice",
+        json={"entity_id": ["secret_id_123"]},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 422 and "secret_id_123" not in r.text
+
+
+async def test_oversized_body_is_413(client, key):
+    body = json.dumps({"entity_ids": ["x" * 1000] * 10_000})
+    r = await client.post(
+        "/api/search/expand",
+        content=body,
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 413 and "detail" in r.json()
