@@ -208,16 +208,19 @@ nodes AS (
     WHERE lvl.distance >= 1
 ),
 top AS (
-    -- rank on what the index holds (type), so only the returned rows' bodies are read
-    SELECT w.id, w.distance, w.relationship, w.dir_rank, w.pred,
-           least(greatest(w.weight * power(CAST(:decay AS float8), w.distance - 1),
-                          CAST(:score_min AS float8)), CAST(:score_max AS float8)) AS score,
-           coalesce(te.type, 'passage') AS type
-    FROM nodes w
-    LEFT JOIN entities te ON te.org_id = :r_org AND te.id = w.id
-    WHERE (CAST(:types AS text[]) IS NULL
-           OR coalesce(te.type, 'passage') = ANY(CAST(:types AS text[])))
-    ORDER BY score DESC, w.distance, w.id
+    -- rank on what the index holds (type, probed per node), so only the returned rows' bodies
+    -- are read
+    SELECT x.*
+    FROM (
+        SELECT w.id, w.distance, w.relationship, w.dir_rank, w.pred,
+               least(greatest(w.weight * power(CAST(:decay AS float8), w.distance - 1),
+                              CAST(:score_min AS float8)), CAST(:score_max AS float8)) AS score,
+               coalesce((SELECT te.type FROM entities te
+                         WHERE te.org_id = :r_org AND te.id = w.id), 'passage') AS type
+        FROM nodes w
+    ) x
+    WHERE (CAST(:types AS text[]) IS NULL OR x.type = ANY(CAST(:types AS text[])))
+    ORDER BY x.score DESC, x.distance, x.id
     LIMIT :limit + 1
 )
 SELECT f.capped, r.*
