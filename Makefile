@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+BENCH_STAMP := $(VENV)/.bench-stamp
+BENCH_ARGS ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
@@ -41,8 +43,12 @@ typecheck: install ## mypy
 
 check: lint typecheck ## lint + typecheck
 
-bench: install ## The benchmark (see README: Performance)
-	$(BIN)/sibyl-pg bench run
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP) ## The benchmark, default size (docs/benchmark.md); BENCH_ARGS=--quick for a smoke run
+	$(BIN)/sibyl-pg bench run $(BENCH_ARGS)
 
 clean: ## Remove the virtualenv and caches (keeps .data)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,147 @@
+"""``sibyl-pg bench generate`` and ``sibyl-pg bench run`` (issue 8; docs/benchmark.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.bench.defaults import (
+    DEFAULT_EDGES,
+    DEFAULT_ENTITIES,
+    DEFAULT_ORG,
+    DEFAULT_SEED,
+    QUICK_EDGES,
+    QUICK_ENTITIES,
+)
+
+bench_cli = typer.Typer(
+    help="The benchmark: a synthetic org at scale, measured against a naive walk.",
+    no_args_is_help=True,
+)
+
+Entities = Annotated[int, typer.Option("--entities", min=200, help="Memories to generate")]
+Edges = Annotated[int, typer.Option("--edges", min=0, help="Edges to generate (exactly)")]
+Seed = Annotated[int, typer.Option("--seed", help="Random seed: same seed, same graph")]
+Org = Annotated[str, typer.Option("--org", help="Org id of the synthetic graph")]
+Database = Annotated[
+    str | None,
+    typer.Option(
+        "--database",
+        help="Benchmark database on the DATABASE_URL server (default: sibyl_bench, or "
+        "sibyl_bench_<entities>_<edges> for another size)",
+    ),
+]
+
+
+def _database(entities: int, edges: int, seed: int, name: str | None) -> str:
+    from app.bench.database import check_name, database_name
+
+    if name:
+        return check_name(name)
+    return database_name(
+        entities, edges, seed, default=(DEFAULT_ENTITIES, DEFAULT_EDGES, DEFAULT_SEED)
+    )
+
+
+def _echo(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@bench_cli.command("generate")
+def generate_cmd(
+    entities: Entities = DEFAULT_ENTITIES,
+    edges: Edges = DEFAULT_EDGES,
+    seed: Seed = DEFAULT_SEED,
+    org: Org = DEFAULT_ORG,
+    database: Database = None,
+) -> None:
+    """Generate a synthetic org into a freshly created benchmark database (COPY; prints rows/s).
+
+    The database is dropped and recreated, migrated, loaded, re-indexed and VACUUM ANALYZEd.
+    """
+    from app.bench.generate import GraphSpec
+    from app.bench.run import ensure_graph
+
+    try:
+        spec = GraphSpec(entities=entities, edges=edges, seed=seed, org=org)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    name = _database(entities, edges, seed, database)
+    ensure_graph(spec, name, force=True, log=_echo)
+
+
+@bench_cli.command("run")
+def run_cmd(
+    entities: Entities = DEFAULT_ENTITIES,
+    edges: Edges = DEFAULT_EDGES,
+    seed: Seed = DEFAULT_SEED,
+    org: Org = DEFAULT_ORG,
+    database: Database = None,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help=f"Smoke run: {QUICK_ENTITIES:,} memories / {QUICK_EDGES:,} edges (unless "
+            "given), few samples, 5 s of REST load",
+        ),
+    ] = False,
+    regenerate: Annotated[
+        bool, typer.Option("--regenerate", help="Regenerate even if the graph exists")
+    ] = False,
+    samples: Annotated[
+        int | None, typer.Option(min=3, help="Service calls per case (default 60; quick 12)")
+    ] = None,
+    baseline_samples: Annotated[
+        int | None, typer.Option(min=1, help="Baseline calls per case (default 5; quick 3)")
+    ] = None,
+    baseline_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Statement timeout of the baseline walk, seconds")
+    ] = 10.0,
+    clients: Annotated[int, typer.Option(min=1, help="Concurrent REST clients")] = 16,
+    load_seconds: Annotated[
+        float | None, typer.Option(min=1, help="REST load duration (default 30 s; quick 5 s)")
+    ] = None,
+    case_seconds: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="Time budget of one measured case (service or baseline): stop there once "
+            "enough calls were made (default 20 s; quick 8 s)",
+        ),
+    ] = None,
+    skip_rest: Annotated[bool, typer.Option("--skip-rest", help="Skip the REST load")] = False,
+    out: Annotated[Path, typer.Option(help="Folder for results.json and latency.png")] = Path(
+        "bench-results"
+    ),
+) -> None:
+    """Measure expand (depth 1-3, random and hub seeds), fetch_slice and search against the
+    baseline walk, then REST under concurrency; write results.json, latency.png and a table.
+
+    The graph is generated first when its database does not hold it.
+    """
+    from app.bench.generate import GraphSpec
+    from app.bench.run import RunOptions, run_benchmark
+
+    if quick and (entities, edges) == (DEFAULT_ENTITIES, DEFAULT_EDGES):
+        entities, edges = QUICK_ENTITIES, QUICK_EDGES
+    try:
+        spec = GraphSpec(entities=entities, edges=edges, seed=seed, org=org)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    options = RunOptions(
+        database=_database(entities, edges, seed, database),
+        regenerate=regenerate,
+        samples=samples or (12 if quick else 60),
+        baseline_samples=baseline_samples or (3 if quick else 5),
+        baseline_timeout_s=baseline_timeout,
+        clients=clients,
+        load_seconds=load_seconds or (5.0 if quick else 30.0),
+        rest=not skip_rest,
+        out=out,
+        quick=quick,
+        case_seconds=case_seconds or (8.0 if quick else 20.0),
+        baseline_case_seconds=case_seconds or (8.0 if quick else 20.0),
+    )
+    run_benchmark(spec, options, log=_echo)
