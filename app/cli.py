@@ -13,6 +13,8 @@ from typing import Annotated
 import typer
 from sqlalchemy import text
 
+from app.bench.cli import bench_cli
+from app.cli_admin import register as register_admin_commands
 from app.core.db import database_url, make_engine
 from app.core.errors import DomainError
 from app.core.settings import get_settings
@@ -23,8 +25,12 @@ cli = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-keys_cli = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
+keys_cli = typer.Typer(help="Create, list and revoke API keys.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
+register_admin_commands(cli, keys_cli)  # `keys list`, `admin ...` (app/cli_admin.py)
+communities_cli = typer.Typer(help="Detect memory communities.", no_args_is_help=True)
+cli.add_typer(communities_cli, name="communities")
+cli.add_typer(bench_cli, name="bench")  # `bench generate`, `bench run` (app/bench/cli.py)
 
 DEMO_READERS = ("user_typing_reader", "user_packaging_reader", "user_org_admin", "user_outsider")
 
@@ -152,6 +158,43 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key id (key_...)
     typer.echo(f"revoked {key_id}", err=True)
 
 
+@communities_cli.command("rebuild")
+def communities_rebuild(
+    org: Annotated[
+        str | None, typer.Option("--org", help="Only this org (default: every org)")
+    ] = None,
+) -> None:
+    """Re-detect and replace communities, per org in one transaction; print a summary each."""
+    _rebuild_communities([org] if org else None)
+
+
+def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) -> None:
+    """Rebuild the communities of ``orgs`` (None: every org) and print each summary; an
+    unknown org is an error, or silently skipped with ``skip_missing``."""
+    from app.core.db import write_tx
+    from app.domain.communities import RebuildSummary, rebuild
+    from app.repo.communities import org_ids
+
+    async def go() -> list[RebuildSummary]:
+        engine = make_engine()
+        try:
+            async with engine.connect() as conn:
+                known = await org_ids(conn)
+            missing = [o for o in orgs or () if o not in known]
+            if missing and not skip_missing:
+                raise _err(f"no such org: {', '.join(missing)}")
+            out = []
+            for org_id in known if orgs is None else [o for o in orgs if o in known]:
+                async with write_tx(engine) as conn:
+                    out.append(await rebuild(conn, org_id=org_id))
+            return out
+        finally:
+            await engine.dispose()
+
+    for summary in asyncio.run(go()):
+        typer.echo(summary.render())
+
+
 @cli.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
@@ -166,6 +209,43 @@ def serve(
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
     uvicorn.run(create_app(), host=host, port=port, log_level="info")
+
+
+@cli.command("mcp")
+def mcp_stdio() -> None:
+    """Serve MCP over stdio as the reader of the API key in SIBYL_PG_API_KEY."""
+    from app.mcp.stdio import KEY_VARIABLE, serve_stdio
+
+    key = os.environ.get(KEY_VARIABLE, "").strip()
+    if not key:
+        raise _err(f"{KEY_VARIABLE} is not set (mint one: sibyl-pg keys create --user USER)", 2)
+    try:
+        asyncio.run(serve_stdio(key))
+    except DomainError as exc:
+        raise _err(f"{KEY_VARIABLE}: {exc.detail}", 2 if exc.status in (401, 403) else 1) from None
+
+
+@cli.command()
+def explain(
+    verb: Annotated[str, typer.Argument(help="expand | slice | search")],
+    body: Annotated[str, typer.Argument(help="The verb's request body, as JSON")],
+    user: Annotated[str, typer.Option("--user", help="Read as this user (a full-scope key)")],
+    fmt: Annotated[str, typer.Option("--format", help="text, or json (the whole report)")] = "text",
+    projects: Annotated[
+        str | None, typer.Option(help="Read as a key restricted to these projects (P1,P2)")
+    ] = None,
+    generic: Annotated[
+        bool, typer.Option("--generic", help="Show the generic plan a pooled connection may use")
+    ] = False,
+    psql: Annotated[
+        bool, typer.Option("--psql", help="Print psql scripts that replay each statement")
+    ] = False,
+) -> None:
+    """Print the exact SQL a request of VERB sends, its bound values and its EXPLAIN (ANALYZE,
+    BUFFERS) plan, statement by statement (docs/walk-plans.md). Nothing is written."""
+    from app.cli_explain import run_explain
+
+    run_explain(verb, body, user=user, fmt=fmt, projects=projects, generic=generic, psql=psql)
 
 
 @cli.command()
@@ -196,6 +276,7 @@ def quickstart(
         import_peps(None)
     else:
         typer.echo("database already holds memories: import skipped", err=True)
+    _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
     keys_file = _demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
     typer.echo(keys_file.read_text())

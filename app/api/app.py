@@ -1,4 +1,5 @@
-"""The FastAPI application: REST under ``/api``, health probes, OpenAPI at ``/docs``.
+"""The FastAPI application: REST under ``/api``, MCP at ``/mcp``, health probes, OpenAPI at
+``/docs``.
 
 Errors are ``{"detail": ...}``: domain errors carry their status; database faults are 503 with
 ``Retry-After``; anything else is a 500 with a generic message (never SQL or a stack).
@@ -12,14 +13,17 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api import routes
+from app.api import admin, retrieval, routes, writes
+from app.api.limits import BodyLimit
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unavailable
 from app.core.settings import Settings, get_settings
-from app.domain.session import as_unavailable
+from app.domain.session import as_bad_text, as_unavailable
+from app.mcp.http import mount_mcp
 
 log = logging.getLogger("sibyl_pg")
 
@@ -32,16 +36,18 @@ def create_app(
 ) -> FastAPI:
     """Build the app. Without ``engine``, one is made at start-up from settings (the statement
     timeout of reads applies) and disposed at shutdown. ``extra_lifespans`` are async context
-    manager factories taking the app (the MCP session manager uses one)."""
+    manager factories taking the app, entered after the MCP session manager (``/mcp``)."""
     s = settings or get_settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = engine is None
-        app.state.engine = engine or make_engine(statement_timeout_ms=s.statement_timeout_ms)
+        app.state.engine = engine or make_engine(
+            statement_timeout_ms=s.statement_timeout_ms, settings=s
+        )
         app.state.settings = s
         async with AsyncExitStack() as stack:
-            for factory in extra_lifespans or []:
+            for factory in [mcp_lifespan, *(extra_lifespans or [])]:
                 await stack.enter_async_context(factory(app))
             try:
                 yield
@@ -59,6 +65,16 @@ def create_app(
         app.state.engine = engine
         app.state.settings = s
 
+    @app.exception_handler(RequestValidationError)
+    async def _shape(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # 422 for a payload of the wrong shape. The caller's input is not echoed back (it may be
+        # an id, or not even JSON-encodable, e.g. NaN): location, message and type only.
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
+
     @app.exception_handler(DomainError)
     async def _domain(_: Request, exc: DomainError) -> JSONResponse:
         headers = {}
@@ -70,6 +86,9 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        bad_text = as_bad_text(exc)
+        if bad_text is not None:
+            return JSONResponse({"detail": bad_text.detail}, status_code=400)
         mapped = as_unavailable(exc)
         if mapped is not None:
             return JSONResponse(
@@ -82,4 +101,9 @@ def create_app(
 
     app.include_router(routes.health)
     app.include_router(routes.search)
+    app.include_router(retrieval.router)  # POST /api/search, POST /api/context/pack
+    app.include_router(admin.admin)  # /api/admin/explain/{verb}, admin keys only
+    app.include_router(writes.router)  # /api/entities, /api/edges, /api/admin/{users,...}
+    mcp_lifespan = mount_mcp(app, settings=s)  # MCP over streamable HTTP at /mcp, same keys
+    app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     return app

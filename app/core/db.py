@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.core.embedded import embedded_url
 from app.core.settings import Settings, get_settings
+
+CONNECT_TIMEOUT_S = 5.0
+"""The longest opening a connection may take (an unreachable or frozen server: a 503)."""
+COMMAND_TIMEOUT_MARGIN_S = 2.0
+"""How much longer than the statement timeout the client waits for any answer of the server."""
 
 
 def database_url(settings: Settings | None = None) -> str:
@@ -48,19 +54,28 @@ def make_engine(
     """Create the async engine for ``url`` (default: :func:`database_url`).
 
     ``statement_timeout_ms`` sets the server-side statement timeout of every connection (None: the
-    server's default, for imports and migrations). Pool size and wait come from settings.
+    server's default, for imports and migrations), and with it a client-side bound on every
+    round trip of :data:`COMMAND_TIMEOUT_MARGIN_S` more: the server ends a slow statement, the
+    client ends the wait on a server that no longer answers at all (a frozen host, a lost
+    network), where no server-side timeout can fire; that wait is then a 503 like any fault.
+    Connecting is bounded by :data:`CONNECT_TIMEOUT_S`. Pool size and wait come from settings.
     """
     s = settings or get_settings()
-    server_settings = {"application_name": "sibyl-pg"}
+    # Every statement is keyed by org_id and orgs differ in size by orders of magnitude: a generic
+    # plan (made once per pooled connection for an average org) may read a big org whole where a
+    # custom plan probes by id. Plan each execution with its values (docs/walk-plans.md §1).
+    server_settings = {"application_name": "sibyl-pg", "plan_cache_mode": "force_custom_plan"}
+    connect_args: dict[str, Any] = {"timeout": CONNECT_TIMEOUT_S}
     if statement_timeout_ms is not None:
         server_settings["statement_timeout"] = str(statement_timeout_ms)
+        connect_args["command_timeout"] = statement_timeout_ms / 1000 + COMMAND_TIMEOUT_MARGIN_S
     return create_async_engine(
         async_url(url or database_url(s)),
         pool_size=s.pool_size,
         max_overflow=0,
         pool_timeout=s.pool_timeout_s,
         pool_pre_ping=True,
-        connect_args={"server_settings": server_settings, "timeout": 5},
+        connect_args={"server_settings": server_settings, **connect_args},
     )
 
 

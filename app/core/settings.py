@@ -8,8 +8,13 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_PEPS_DIR``: the PEP corpus (default ``<project>/../shared/data/peps``).
 - ``SIBYL_WALK_HOP_CAP``: rows one node may contribute per hop arm (default 1000), §5 bounded work.
 - ``SIBYL_WALK_LEVEL_CAP``: nodes one walk level may keep (default 5000), §5 bounded work.
+- ``SIBYL_SEARCH_CANDIDATE_CAP``: readable matches each search lane ranks (default 500), §8
+  bounded cost (see :mod:`app.domain.search`).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
+- ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
+- ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
+  ``*``: any), the MCP transport's DNS-rebinding check.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ class Settings(BaseSettings):
     peps_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "peps"
     walk_hop_cap: int = Field(default=1000, ge=1, le=100_000)
     walk_level_cap: int = Field(default=5000, ge=1, le=1_000_000)
+    search_candidate_cap: int = Field(default=500, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
+    mcp_allowed_hosts: str = ""
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     pool_size: int = Field(default=10, ge=1, le=200)
     pool_timeout_s: float = Field(default=5.0, gt=0, le=300)
 

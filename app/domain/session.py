@@ -13,13 +13,16 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import read_tx, write_tx
-from app.core.errors import Forbidden, Unauthorized, Unavailable
+from app.core.errors import BadRequest, DomainError, Forbidden, Unauthorized, Unavailable
 from app.domain.reader import Reader
+from app.domain.validation import BAD_TEXT
 from app.repo.readers import reader_by_key
 
 T = TypeVar("T")
 
 _UNAVAILABLE_CLASSES = ("08", "53", "57P")  # connection, resources, operator intervention
+_RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock detected: run it again
+WRITE_ATTEMPTS = 3
 
 
 def _sqlstate(error: BaseException) -> str | None:
@@ -46,6 +49,21 @@ def as_unavailable(error: BaseException) -> Unavailable | None:
     return None
 
 
+def as_bad_text(error: BaseException) -> BadRequest | None:
+    """The 400 for text PostgreSQL cannot take (a NUL byte, a lone surrogate), else None.
+
+    A safety net behind the validation of each field (``validation.clean_text``)."""
+    if isinstance(error, UnicodeError):
+        return BadRequest(BAD_TEXT)
+    if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in ("22021", "22P05"):
+        return BadRequest(BAD_TEXT)
+    return None
+
+
+def _mapped(error: BaseException) -> DomainError | None:
+    return as_bad_text(error) or as_unavailable(error)
+
+
 async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:
     """The reader of ``key`` holding ``scope``; ``Unauthorized``/``Forbidden`` otherwise."""
     if not key:
@@ -68,8 +86,8 @@ async def run_read(
         async with read_tx(engine) as conn:
             reader = await authenticate(conn, key, scope="read")
             return await verb(conn, reader)
-    except (sa_exc.SQLAlchemyError, OSError, ConnectionError) as error:
-        mapped = as_unavailable(error)
+    except (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError) as error:
+        mapped = _mapped(error)
         if mapped is None:
             raise
         raise mapped from None
@@ -83,13 +101,27 @@ async def run_write(
     scope: str = "write",
 ) -> T:
     """Authenticate ``key`` (scope ``write`` by default) and run ``verb`` in one transaction,
-    committed before this returns (a caller never acknowledges an uncommitted write)."""
-    try:
-        async with write_tx(engine) as conn:
-            reader = await authenticate(conn, key, scope=scope)
-            return await verb(conn, reader)
-    except (sa_exc.SQLAlchemyError, OSError, ConnectionError) as error:
-        mapped = as_unavailable(error)
-        if mapped is None:
-            raise
-        raise mapped from None
+    committed before this returns (a caller never acknowledges an uncommitted write).
+
+    A transaction PostgreSQL rolled back as a deadlock victim or a serialization failure is run
+    again from the start (``verb`` must not keep state across calls), up to
+    :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``."""
+    for attempt in range(1, WRITE_ATTEMPTS + 1):
+        try:
+            async with write_tx(engine) as conn:
+                reader = await authenticate(conn, key, scope=scope)
+                return await verb(conn, reader)
+        except sa_exc.DBAPIError as error:
+            if _sqlstate(error) not in _RETRYABLE:
+                mapped = _mapped(error)
+                if mapped is None:
+                    raise
+                raise mapped from None
+            if attempt == WRITE_ATTEMPTS:
+                raise Unavailable("Concurrent writes collided, retry", retry_after=1) from None
+        except (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError) as error:
+            mapped = _mapped(error)
+            if mapped is None:
+                raise
+            raise mapped from None
+    raise AssertionError("unreachable")  # pragma: no cover
