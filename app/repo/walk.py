@@ -68,7 +68,7 @@ def _allowed(rel: str, denied: str) -> str:
 _PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
 
 WALK_SQL = text(
-    f"""/* sibyl:expand_neighbors */
+    rf"""/* sibyl:expand_neighbors */
 WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, visited, capped) AS (
     -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays
     SELECT 0, CAST(:seed_ids AS text[]) COLLATE "C", CAST('{{}}' AS text[]) COLLATE "C",
@@ -98,9 +98,11 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
           -- step 2: each unvisited node's best hop from the previous level: highest weight,
           -- then relationship name, outgoing before incoming, then predecessor id
           SELECT DISTINCT ON (h.id)
-                 h.id, h.relationship, h.dir_rank, h.weight, f.id AS pred,
+                 h.id, h.relationship, h.dir_rank, h.weight, h.pred,
                  h.ord <= :hop_cap AS in_cap,
                  bool_or(h.ord > :hop_cap) OVER () AS hop_capped
+          FROM (
+          SELECT f.id AS pred, arm.*
           FROM unnest(lvl.ids) AS f(id)
           -- step 1: every allowed hop from each frontier node f into a node t that is readable,
           -- not retired and inside `project`; at most :hop_cap + 1 rows per node and arm (the
@@ -113,6 +115,7 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               FROM edges e
               JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
               WHERE e.org_id = :r_org AND e.src_id = f.id
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {_allowed("e.relationship", "out_denied")}
                 AND {_ENTER}
               ORDER BY e.relationship, e.dst_id
@@ -125,6 +128,7 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
               WHERE CAST(:include_incoming AS boolean)
                 AND e.org_id = :r_org AND e.dst_id = f.id
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {_allowed("e.relationship", "in_denied")}
                 AND {_ENTER}
               ORDER BY e.relationship, e.src_id
@@ -136,6 +140,7 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               FROM mentions m
               JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
               WHERE m.org_id = :r_org AND m.src_id = f.id
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {_allowed("'MENTIONS'", "out_denied")}
                 AND {_ENTER}
               ORDER BY m.dst_id
@@ -148,6 +153,7 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
               WHERE CAST(:include_incoming AS boolean)
                 AND m.org_id = :r_org AND m.dst_id = f.id
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {_allowed("'MENTIONS'", "in_denied")}
                 AND {_ENTER}
               ORDER BY m.src_id
@@ -162,6 +168,7 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
               WHERE lvl.distance = 0
                 AND c1.org_id = :r_org AND c1.entity_id = f.id
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {_allowed("'SHARES_COMMUNITY'", "out_denied")}
                 AND {_ENTER}
               ORDER BY c2.entity_id, c2.community_id
@@ -172,7 +179,8 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
                      CAST(1 AS bigint)
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-              WHERE p.org_id = :r_org AND p.id = f.id
+              WHERE f.id LIKE 'passage\_%'  -- only passages have a parent
+                AND p.org_id = :r_org AND p.id = f.id
                 AND {_allowed(_PASSAGE_REL, "out_denied")}
                 AND {_ENTER}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
@@ -183,15 +191,18 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE CAST(:include_incoming AS boolean)
                 AND p.org_id = :r_org AND p.parent_id = f.id
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {_allowed(_PASSAGE_REL, "in_denied")}
                 AND {_ENTER}
               ORDER BY p.passage_index
               LIMIT :hop_cap + 1
             )
+          ) arm
+          OFFSET 0  -- a fence: the anti-join below runs once per level, not once per node
           ) h
           LEFT JOIN unnest(lvl.visited) AS v(id) ON v.id = h.id
           WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
-          ORDER BY h.id, h.ord > :hop_cap, h.weight DESC, h.relationship, h.dir_rank, f.id
+          ORDER BY h.id, h.ord > :hop_cap, h.weight DESC, h.relationship, h.dir_rank, h.pred
         ) best
       ) kept
     ) nxt
