@@ -110,7 +110,7 @@ class Sample:
     exec_ms: float | None
     buffers: int | None
     timed_out: bool = False
-    jit_ms: float | None = None  # JIT compilation, part of the execution
+    jit: bool | None = None  # a statement of the call was JIT-compiled
     capped: bool | None = None
     ids: list[str] = field(default_factory=list)
 
@@ -143,14 +143,14 @@ def summarize(samples: list[Sample], timeout_ms: int | None = None) -> dict[str,
     db = [s.db_ms for s in samples if s.db_ms is not None]
     buffers = [float(s.buffers) for s in samples if s.buffers is not None]
     capped = [s.capped for s in samples if s.capped is not None]
-    jit = [s.jit_ms for s in samples if s.jit_ms is not None]
+    jit = [s.jit for s in samples if s.jit is not None]
     return {
         "n": len(samples),
         "timeouts": sum(s.timed_out for s in samples),
         "timeout_ms": timeout_ms,
         "wall_ms": {f"p{q}": _r(percentile(wall, q / 100)) for q in (50, 95, 99)},
         "db_ms": {f"p{q}": _r(percentile(db, q / 100)) for q in (50, 95, 99)},
-        "jit_ms": {f"p{q}": _r(percentile(jit, q / 100)) for q in (50, 95)},
+        "jit_share": round(sum(jit) / len(jit), 3) if jit else None,
         "buffers": {
             "p50": _r(percentile(buffers, 0.5), 0),
             "p95": _r(percentile(buffers, 0.95), 0),
@@ -194,7 +194,7 @@ class PlanCost:
 
     planning_ms: float = 0.0
     execution_ms: float = 0.0
-    jit_ms: float = 0.0
+    jit_functions: int = 0
     buffers: int = 0
 
     def add(self, document: Any) -> None:
@@ -207,7 +207,7 @@ class PlanCost:
         )
         self.planning_ms += float(top.get("Planning Time", 0.0))
         self.execution_ms += float(top.get("Execution Time", 0.0))
-        self.jit_ms += float(top.get("JIT", {}).get("Timing", {}).get("Total", 0.0))
+        self.jit_functions += int(top.get("JIT", {}).get("Functions", 0))
 
     def sample(self, wall_ms: float | None) -> Sample:
         """A sample of these costs and ``wall_ms``."""
@@ -216,7 +216,7 @@ class PlanCost:
             db_ms=self.planning_ms + self.execution_ms,
             exec_ms=self.execution_ms,
             buffers=self.buffers,
-            jit_ms=self.jit_ms,
+            jit=self.jit_functions > 0,
         )
 
 
@@ -975,6 +975,35 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
+def code_facts() -> dict[str, Any]:
+    """Which code was measured: the git commit (and whether the tree had changes) and a hash
+    of the walk's SQL, so figures can be tied to the walk they came from."""
+    import hashlib
+
+    from app.repo import walk as walk_repo
+
+    facts: dict[str, Any] = {
+        "walk_sql_sha256": hashlib.sha256(walk_repo.WALK_SQL.text.encode()).hexdigest()[:16]
+    }
+    try:
+        root = Path(__file__).resolve().parents[2]
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
+        if head.returncode == 0:
+            facts["git_head"] = head.stdout.strip()
+            facts["git_dirty"] = bool(dirty.stdout.strip())
+    except OSError:
+        pass
+    return facts
+
+
 def _case(results: dict[str, Any], depth: int, kind: str) -> dict[str, Any] | None:
     for case in results.get("expand", []):
         if case["depth"] == depth and case["seeds"] == kind:
@@ -1118,7 +1147,7 @@ def render_table(results: dict[str, Any]) -> str:
         "db p50",
         "db p95",
         "db p99",
-        "jit p50",
+        "jit",
         "buffers p50",
         "capped",
         "baseline p50",
@@ -1135,7 +1164,7 @@ def render_table(results: dict[str, Any]) -> str:
             _ms(s, "db_ms", "p50"),
             _ms(s, "db_ms", "p95"),
             _ms(s, "db_ms", "p99"),
-            _fmt(s["jit_ms"]["p50"]),
+            _fmt(s["jit_share"]),
             _fmt(s["buffers"]["p50"]),
             _fmt(s["capped_share"]),
             _ms(b, "db_ms", "p50"),
@@ -1152,7 +1181,7 @@ def render_table(results: dict[str, Any]) -> str:
             _ms(s, "db_ms", "p50"),
             _ms(s, "db_ms", "p95"),
             _ms(s, "db_ms", "p99"),
-            _fmt(s["jit_ms"]["p50"]),
+            _fmt(s["jit_share"]),
             _fmt(s["buffers"]["p50"]),
             "",
             "",
@@ -1186,6 +1215,7 @@ def run_benchmark(spec: GraphSpec, options: RunOptions, *, log: Log) -> dict[str
         "mode": "quick" if options.quick else "full",
         "graph": {**spec.as_dict(), "database": options.database, **summary.as_dict()},
         "machine": machine_facts(),
+        "code": code_facts(),
         "postgres": asyncio.run(_server_facts(url)),
         "settings": {
             "walk_hop_cap": settings.walk_hop_cap,
