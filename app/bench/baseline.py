@@ -23,26 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.readrule import readable
-
-_ENTER = f"""t.lifecycle <> 'retired'
-              AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-              AND {readable("t")}"""
-
-_WEIGHT = (
-    "coalesce((CAST(:pol_weights AS float8[]))[array_position(CAST(:pol_rels AS text[]), {rel})],"
-    " CAST(:default_weight AS float8))"
-)
-
-
-def _allowed(rel: str, denied: str) -> str:
-    return (
-        f"(CAST(:rel_filter AS text[]) IS NULL OR {rel} = ANY(CAST(:rel_filter AS text[])))\n"
-        f"              AND NOT ({rel} = ANY(CAST(:{denied} AS text[])))"
-    )
-
-
-_PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
+from app.repo.walk import ENTER, PASSAGE_REL, WEIGHT, allowed
 
 BASELINE_SQL = text(
     f"""/* sibyl:bench.baseline_walk */
@@ -55,61 +36,61 @@ WITH RECURSIVE walk(id, distance, relationship, dir_rank, weight, pred, path) AS
     FROM walk w
     CROSS JOIN LATERAL (
             SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
-                   {_WEIGHT.format(rel="e.relationship")} AS weight
+                   {WEIGHT.format(rel="e.relationship")} AS weight
             FROM edges e
             JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
             WHERE e.org_id = :r_org AND e.src_id = w.id
-              AND {_allowed("e.relationship", "out_denied")}
-              AND {_ENTER}
+              AND {allowed("e.relationship", "out_denied")}
+              AND {ENTER}
         UNION ALL
-            SELECT e.src_id, e.relationship, 1, {_WEIGHT.format(rel="e.relationship")}
+            SELECT e.src_id, e.relationship, 1, {WEIGHT.format(rel="e.relationship")}
             FROM edges e
             JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
             WHERE CAST(:include_incoming AS boolean)
               AND e.org_id = :r_org AND e.dst_id = w.id
-              AND {_allowed("e.relationship", "in_denied")}
-              AND {_ENTER}
+              AND {allowed("e.relationship", "in_denied")}
+              AND {ENTER}
         UNION ALL
-            SELECT m.dst_id, 'MENTIONS', 0, {_WEIGHT.format(rel="'MENTIONS'")}
+            SELECT m.dst_id, 'MENTIONS', 0, {WEIGHT.format(rel="'MENTIONS'")}
             FROM mentions m
             JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
             WHERE m.org_id = :r_org AND m.src_id = w.id
-              AND {_allowed("'MENTIONS'", "out_denied")}
-              AND {_ENTER}
+              AND {allowed("'MENTIONS'", "out_denied")}
+              AND {ENTER}
         UNION ALL
-            SELECT m.src_id, 'MENTIONS', 1, {_WEIGHT.format(rel="'MENTIONS'")}
+            SELECT m.src_id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}
             FROM mentions m
             JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
             WHERE CAST(:include_incoming AS boolean)
               AND m.org_id = :r_org AND m.dst_id = w.id
-              AND {_allowed("'MENTIONS'", "in_denied")}
-              AND {_ENTER}
+              AND {allowed("'MENTIONS'", "in_denied")}
+              AND {ENTER}
         UNION ALL
             SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                   {_WEIGHT.format(rel="'SHARES_COMMUNITY'")}
+                   {WEIGHT.format(rel="'SHARES_COMMUNITY'")}
             FROM community_members c1
             JOIN community_members c2
               ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
             JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
             WHERE w.distance = 0
               AND c1.org_id = :r_org AND c1.entity_id = w.id AND c2.entity_id <> w.id
-              AND {_allowed("'SHARES_COMMUNITY'", "out_denied")}
-              AND {_ENTER}
+              AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
+              AND {ENTER}
         UNION ALL
-            SELECT t.id, {_PASSAGE_REL}, 0, {_WEIGHT.format(rel=_PASSAGE_REL)}
+            SELECT t.id, {PASSAGE_REL}, 0, {WEIGHT.format(rel=PASSAGE_REL)}
             FROM passages p
             JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
             WHERE p.org_id = :r_org AND p.id = w.id
-              AND {_allowed(_PASSAGE_REL, "out_denied")}
-              AND {_ENTER}
+              AND {allowed(PASSAGE_REL, "out_denied")}
+              AND {ENTER}
         UNION ALL
-            SELECT p.id, {_PASSAGE_REL}, 1, {_WEIGHT.format(rel=_PASSAGE_REL)}
+            SELECT p.id, {PASSAGE_REL}, 1, {WEIGHT.format(rel=PASSAGE_REL)}
             FROM passages p
             JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
             WHERE CAST(:include_incoming AS boolean)
               AND p.org_id = :r_org AND p.parent_id = w.id
-              AND {_allowed(_PASSAGE_REL, "in_denied")}
-              AND {_ENTER}
+              AND {allowed(PASSAGE_REL, "in_denied")}
+              AND {ENTER}
     ) h
     WHERE w.distance < :depth
       AND h.id <> ALL (w.path)

@@ -47,25 +47,28 @@ WHERE {readable("t")}
 ORDER BY s.ord"""
 )
 
-# The conditions every entered node satisfies: readable, not retired, inside `project` if named.
-_ENTER = f"""t.lifecycle <> 'retired'
+# SQL fragments of the hop arms (also used by the benchmark's baseline walk, so both walks apply
+# exactly the same rules). The conditions every entered node satisfies: readable, not retired,
+# inside `project` if named.
+ENTER = f"""t.lifecycle <> 'retired'
           AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
           AND {readable("t")}"""
 
-_WEIGHT = (
+WEIGHT = (
     "coalesce((CAST(:pol_weights AS float8[]))[array_position(CAST(:pol_rels AS text[]), {rel})],"
     " CAST(:default_weight AS float8))"
 )
 
 
-def _allowed(rel: str, denied: str) -> str:
+def allowed(rel: str, denied: str) -> str:
+    """SQL: a hop over ``rel`` passes the relationship filter and is not in the ``denied`` list."""
     return (
         f"(CAST(:rel_filter AS text[]) IS NULL OR {rel} = ANY(CAST(:rel_filter AS text[])))\n"
         f"          AND NOT ({rel} = ANY(CAST(:{denied} AS text[])))"
     )
 
 
-_PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
+PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
 
 WALK_SQL = text(
     rf"""/* sibyl:expand_neighbors */
@@ -110,57 +113,57 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
           CROSS JOIN LATERAL (
             (  -- outgoing edges: f -rel-> t
               SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
-                     {_WEIGHT.format(rel="e.relationship")} AS weight,
+                     {WEIGHT.format(rel="e.relationship")} AS weight,
                      row_number() OVER (ORDER BY e.relationship, e.dst_id) AS ord
               FROM edges e
               JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
               WHERE e.org_id = :r_org AND e.src_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {_allowed("e.relationship", "out_denied")}
-                AND {_ENTER}
+                AND {allowed("e.relationship", "out_denied")}
+                AND {ENTER}
               ORDER BY e.relationship, e.dst_id
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- incoming edges: t -rel-> f
               SELECT e.src_id, e.relationship, 1,
-                     {_WEIGHT.format(rel="e.relationship")},
+                     {WEIGHT.format(rel="e.relationship")},
                      row_number() OVER (ORDER BY e.relationship, e.src_id)
               FROM edges e
               JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
               WHERE CAST(:include_incoming AS boolean)
                 AND e.org_id = :r_org AND e.dst_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {_allowed("e.relationship", "in_denied")}
-                AND {_ENTER}
+                AND {allowed("e.relationship", "in_denied")}
+                AND {ENTER}
               ORDER BY e.relationship, e.src_id
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- outgoing mentions: f mentions t
               SELECT m.dst_id, 'MENTIONS', 0,
-                     {_WEIGHT.format(rel="'MENTIONS'")},
+                     {WEIGHT.format(rel="'MENTIONS'")},
                      row_number() OVER (ORDER BY m.dst_id)
               FROM mentions m
               JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
               WHERE m.org_id = :r_org AND m.src_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {_allowed("'MENTIONS'", "out_denied")}
-                AND {_ENTER}
+                AND {allowed("'MENTIONS'", "out_denied")}
+                AND {ENTER}
               ORDER BY m.dst_id
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- incoming mentions: t mentions f
               SELECT m.src_id, 'MENTIONS', 1,
-                     {_WEIGHT.format(rel="'MENTIONS'")},
+                     {WEIGHT.format(rel="'MENTIONS'")},
                      row_number() OVER (ORDER BY m.src_id)
               FROM mentions m
               JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
               WHERE CAST(:include_incoming AS boolean)
                 AND m.org_id = :r_org AND m.dst_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {_allowed("'MENTIONS'", "in_denied")}
-                AND {_ENTER}
+                AND {allowed("'MENTIONS'", "in_denied")}
+                AND {ENTER}
               ORDER BY m.src_id
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
               SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                     {_WEIGHT.format(rel="'SHARES_COMMUNITY'")},
+                     {WEIGHT.format(rel="'SHARES_COMMUNITY'")},
                      row_number() OVER (ORDER BY c2.entity_id, c2.community_id)
               FROM community_members c1
               JOIN community_members c2
@@ -169,31 +172,31 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               WHERE lvl.distance = 0
                 AND c1.org_id = :r_org AND c1.entity_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {_allowed("'SHARES_COMMUNITY'", "out_denied")}
-                AND {_ENTER}
+                AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
+                AND {ENTER}
               ORDER BY c2.entity_id, c2.community_id
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t
-              SELECT t.id, {_PASSAGE_REL}, 0,
-                     {_WEIGHT.format(rel=_PASSAGE_REL)},
+              SELECT t.id, {PASSAGE_REL}, 0,
+                     {WEIGHT.format(rel=PASSAGE_REL)},
                      CAST(1 AS bigint)
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE f.id LIKE 'passage\_%'  -- only passages have a parent
                 AND p.org_id = :r_org AND p.id = f.id
-                AND {_allowed(_PASSAGE_REL, "out_denied")}
-                AND {_ENTER}
+                AND {allowed(PASSAGE_REL, "out_denied")}
+                AND {ENTER}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
-              SELECT p.id, {_PASSAGE_REL}, 1,
-                     {_WEIGHT.format(rel=_PASSAGE_REL)},
+              SELECT p.id, {PASSAGE_REL}, 1,
+                     {WEIGHT.format(rel=PASSAGE_REL)},
                      row_number() OVER (ORDER BY p.passage_index)
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE CAST(:include_incoming AS boolean)
                 AND p.org_id = :r_org AND p.parent_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {_allowed(_PASSAGE_REL, "in_denied")}
-                AND {_ENTER}
+                AND {allowed(PASSAGE_REL, "in_denied")}
+                AND {ENTER}
               ORDER BY p.passage_index
               LIMIT :hop_cap + 1
             )
