@@ -12,8 +12,10 @@ import secrets
 
 import pytest
 from mcp import Client
+from sqlalchemy import text
 
 from app.mcp.server import build_mcp, fixed_key
+from app.repo.readers import hash_key
 from tests.team import Team, answer, call, counts, snapshot
 
 NOT_FOUND = (404, {"detail": "Entity not found"})
@@ -330,7 +332,16 @@ async def test_admin_routes(engine, client):
     t = await Team().load(engine)
     adm = await t.key(engine, "adm", scopes=("admin",))
     own = await t.key(engine, "own", scopes=("admin",))
-    member_admin_key = await t.key(engine, "ann", scopes=("read", "write", "admin"))
+    # a member cannot be minted the admin scope; a key that holds it anyway (forced in the
+    # table) still finds no admin route
+    member_admin_key = await t.key(engine, "ann", scopes=("read", "write"))
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE api_keys SET scopes = ARRAY['read', 'write', 'admin'] WHERE key_hash = :h"
+            ),
+            {"h": hash_key(member_admin_key)},
+        )
     adm_rw = await t.key(engine, "adm")
     restricted_admin = await t.key(engine, "adm", scopes=("admin",), projects=["p1"])
 

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import DomainError, NotFound
 from app.core.settings import Settings, get_settings
+from app.domain.permissions import is_org_admin
 from app.domain.reader import Reader
 from app.domain.session import as_unavailable
 from app.repo import explain as explain_repo
@@ -202,7 +203,8 @@ async def explain_for_key(
 ) -> ExplainReport:
     """``explain`` for the REST admin route: the reader is ``key``'s user.
 
-    A missing, unknown or revoked key, a key without the ``admin`` scope and an unknown verb all
+    A missing, unknown or revoked key, a key without the ``admin`` scope, a key of a user who is
+    not an org owner or admin, a project-restricted key and an unknown verb all
     raise the same ``NotFound("Not found")``: the route does not exist for anyone else.
     Database faults (including the statement timeout) raise ``Unavailable`` (503).
     """
@@ -211,7 +213,14 @@ async def explain_for_key(
     async def go() -> ExplainReport:
         async with explain_repo.rolled_back_read(engine) as conn:
             reader = await reader_by_key(conn, key=key) if key else None
-            if reader is None or ADMIN_SCOPE not in reader.scopes:
+            # Plans count rows before the read rule filters them: only an org owner's or admin's
+            # unrestricted admin key may see them (the rule of every /api/admin route).
+            if (
+                reader is None
+                or ADMIN_SCOPE not in reader.scopes
+                or reader.restricted
+                or not is_org_admin(reader)
+            ):
                 raise NotFound(HIDDEN)
             return await explain(conn, reader, spec, body, fmt=fmt, mode=mode, settings=settings)
 

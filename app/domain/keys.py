@@ -13,7 +13,7 @@ from app.repo.readers import hash_key
 
 SCOPES = ("read", "write", "admin")
 
-USER_ORG_SQL = text("/* sibyl:keys.user */ SELECT org_id FROM users WHERE id = :user_id")
+USER_ORG_SQL = text("/* sibyl:keys.user */ SELECT org_id, role FROM users WHERE id = :user_id")
 PROJECTS_IN_ORG_SQL = text(
     """/* sibyl:keys.projects */
 SELECT id FROM projects WHERE org_id = :org_id AND id = ANY(CAST(:ids AS text[]))"""
@@ -41,14 +41,18 @@ async def create_key(
     """Mint a key for ``user_id``; return (key id, the key in clear, shown only now).
 
     ``scopes`` ⊆ {read, write, admin}; ``projects`` restricts the key to those projects of the
-    user's org. Raises ``NotFound`` for an unknown user, ``BadRequest`` for a bad scope or project.
+    user's org; ``admin`` only for org owners and admins. Raises ``NotFound`` for an unknown user,
+    ``BadRequest`` for a bad scope or project.
     """
-    org = (await conn.execute(USER_ORG_SQL, {"user_id": user_id})).scalar()
-    if org is None:
+    user = (await conn.execute(USER_ORG_SQL, {"user_id": user_id})).first()
+    if user is None:
         raise NotFound("User not found")
+    org, role = user.org_id, user.role
     bad = [s for s in scopes if s not in SCOPES]
     if bad or not scopes:
         raise BadRequest("scopes must be a non-empty subset of read, write, admin")
+    if "admin" in scopes and role not in ("owner", "admin"):
+        raise BadRequest("the admin scope is only for org owners and admins")
     if projects is not None:
         found = set(
             (await conn.execute(PROJECTS_IN_ORG_SQL, {"org_id": org, "ids": list(projects)}))
