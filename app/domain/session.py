@@ -52,12 +52,37 @@ def as_unavailable(error: BaseException) -> Unavailable | None:
 def as_bad_text(error: BaseException) -> BadRequest | None:
     """The 400 for text PostgreSQL cannot take (a NUL byte, a lone surrogate), else None.
 
-    A safety net behind the validation of each field (``validation.clean_text``)."""
-    if isinstance(error, UnicodeError):
+    A safety net behind the validation of each field (``validation.clean_text``). The driver
+    encodes parameters itself: a lone surrogate fails there as a ``UnicodeEncodeError`` that
+    asyncpg and SQLAlchemy each wrap once more, so the whole chain of causes is searched."""
+    if _caused_by(error, UnicodeError):
         return BadRequest(BAD_TEXT)
     if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in ("22021", "22P05"):
         return BadRequest(BAD_TEXT)
+    if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == "22P02":
+        # jsonb refusing a lone surrogate escape ("\ud800") inside a JSON value: the server
+        # says so in its message ("Unicode low surrogate must follow a high surrogate").
+        cause = error.orig.__cause__ if error.orig is not None else None
+        said = f"{error.orig} {getattr(cause, 'detail', '')}"
+        if "unicode" in said.lower():
+            return BadRequest(BAD_TEXT)
     return None
+
+
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    """True when ``error`` or anything in its chain of causes (``orig``, ``__cause__``,
+    ``__context__``) is a ``kind``."""
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        pending += [getattr(current, "orig", None), current.__cause__, current.__context__]
+    return False
 
 
 def _mapped(error: BaseException) -> DomainError | None:
