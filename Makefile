@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run serve test lint typecheck check bench clean
+.PHONY: help install run serve test lint typecheck check bench bench-load clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP) ## The benchmark, default size (docs/benchmark.md); BENCH_ARGS=--quick for a smoke run
 	$(BIN)/sibyl-pg bench run $(BENCH_ARGS)
+
+bench-load: install ## 32 clients mixing reads and writes for 60 s against `serve` (docs/security.md)
+	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
 
 clean: ## Remove the virtualenv and caches (keeps .data)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
