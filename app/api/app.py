@@ -22,7 +22,7 @@ from app.api.limits import BodyLimit
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unavailable
 from app.core.settings import Settings, get_settings
-from app.domain.session import as_bad_text, as_unavailable
+from app.domain.session import map_fault
 from app.mcp.http import mount_mcp
 
 log = logging.getLogger("sibyl_pg")
@@ -85,17 +85,10 @@ def create_app(
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(Exception)
-    async def _internal(_: Request, exc: Exception) -> JSONResponse:
-        bad_text = as_bad_text(exc)
-        if bad_text is not None:
-            return JSONResponse({"detail": bad_text.detail}, status_code=400)
-        mapped = as_unavailable(exc)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        mapped = map_fault(exc)  # bad text → 400, database fault → 503, as in run_read
         if mapped is not None:
-            return JSONResponse(
-                {"detail": mapped.detail},
-                status_code=503,
-                headers={"Retry-After": str(mapped.retry_after)},
-            )
+            return await _domain(request, mapped)
         log.exception("internal error")
         return JSONResponse({"detail": "Internal server error"}, status_code=500)
 

@@ -7,7 +7,7 @@ mapping of database faults to 503 are the same on every surface.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -85,8 +85,20 @@ def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-def _mapped(error: BaseException) -> DomainError | None:
+_FAULTS = (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError)
+
+
+def map_fault(error: BaseException) -> DomainError | None:
+    """The domain error a fault maps to (bad text → 400, database fault → 503), or None when it
+    is a bug (a 500)."""
     return as_bad_text(error) or as_unavailable(error)
+
+
+def _raise_mapped(error: BaseException) -> NoReturn:
+    mapped = map_fault(error)
+    if mapped is None:
+        raise error
+    raise mapped from None
 
 
 async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:
@@ -111,11 +123,8 @@ async def run_read(
         async with read_tx(engine) as conn:
             reader = await authenticate(conn, key, scope="read")
             return await verb(conn, reader)
-    except (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError) as error:
-        mapped = _mapped(error)
-        if mapped is None:
-            raise
-        raise mapped from None
+    except _FAULTS as error:
+        _raise_mapped(error)
 
 
 async def run_write(
@@ -136,17 +145,9 @@ async def run_write(
             async with write_tx(engine) as conn:
                 reader = await authenticate(conn, key, scope=scope)
                 return await verb(conn, reader)
-        except sa_exc.DBAPIError as error:
-            if _sqlstate(error) not in _RETRYABLE:
-                mapped = _mapped(error)
-                if mapped is None:
-                    raise
-                raise mapped from None
+        except _FAULTS as error:
+            if not (isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in _RETRYABLE):
+                _raise_mapped(error)
             if attempt == WRITE_ATTEMPTS:
                 raise Unavailable("Concurrent writes collided, retry", retry_after=1) from None
-        except (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError) as error:
-            mapped = _mapped(error)
-            if mapped is None:
-                raise
-            raise mapped from None
     raise AssertionError("unreachable")  # pragma: no cover
