@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import DomainError, NotFound
 from app.core.settings import Settings, get_settings
 from app.domain.permissions import is_org_admin
 from app.domain.reader import Reader
-from app.domain.session import as_unavailable
+from app.domain.session import FAULTS, raise_fault
 from app.repo import explain as explain_repo
 from app.repo.readers import reader_by_key, reader_by_user
 
@@ -184,11 +183,8 @@ def _lookup(verb: str) -> Verb:
 async def _guarded(call: Awaitable[ExplainReport]) -> ExplainReport:
     try:
         return await call
-    except (sa_exc.SQLAlchemyError, OSError, ConnectionError) as error:
-        mapped = as_unavailable(error)
-        if mapped is None:
-            raise
-        raise mapped from None
+    except FAULTS as error:
+        raise_fault(error)
 
 
 async def explain_for_key(

@@ -85,7 +85,7 @@ def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-_FAULTS = (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError)
+FAULTS = (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError)
 
 
 def map_fault(error: BaseException) -> DomainError | None:
@@ -94,7 +94,8 @@ def map_fault(error: BaseException) -> DomainError | None:
     return as_bad_text(error) or as_unavailable(error)
 
 
-def _raise_mapped(error: BaseException) -> NoReturn:
+def raise_fault(error: BaseException) -> NoReturn:
+    """Raise the domain error ``error`` maps to (:func:`map_fault`), else ``error`` itself."""
     mapped = map_fault(error)
     if mapped is None:
         raise error
@@ -123,8 +124,8 @@ async def run_read(
         async with read_tx(engine) as conn:
             reader = await authenticate(conn, key, scope="read")
             return await verb(conn, reader)
-    except _FAULTS as error:
-        _raise_mapped(error)
+    except FAULTS as error:
+        raise_fault(error)
 
 
 async def run_write(
@@ -145,9 +146,9 @@ async def run_write(
             async with write_tx(engine) as conn:
                 reader = await authenticate(conn, key, scope=scope)
                 return await verb(conn, reader)
-        except _FAULTS as error:
+        except FAULTS as error:
             if not (isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in _RETRYABLE):
-                _raise_mapped(error)
+                raise_fault(error)
             if attempt == WRITE_ATTEMPTS:
                 raise Unavailable("Concurrent writes collided, retry", retry_after=1) from None
     raise AssertionError("unreachable")  # pragma: no cover
