@@ -26,6 +26,11 @@ class Bound:
     high: int
     default: int
 
+    def describe(self, what: str, tail: str = "") -> str:
+        """A parameter description stating the range and default: ``"<what>, 1-3, default 1
+        (clamped)."``; ``tail`` is added before the final period."""
+        return f"{what}, {self.low}-{self.high}, default {self.default} (clamped){tail}."
+
     def clamp(self, value: int | None) -> int:
         """``value`` clamped to [low, high]; ``None`` gives the default."""
         if value is None:

@@ -34,18 +34,15 @@ class ExpandRequest(_Request):
     )
     depth: StrictInt | None = Field(
         default=None,
-        description=f"Hops, {policy.DEPTH.low}-{policy.DEPTH.high}, default {policy.DEPTH.default}"
-        " (clamped).",
+        description=policy.DEPTH.describe("Hops"),
     )
     limit: StrictInt | None = Field(
         default=None,
-        description=f"Neighbors returned, {policy.LIMIT.low}-{policy.LIMIT.high}, default "
-        f"{policy.LIMIT.default} (clamped).",
+        description=policy.LIMIT.describe("Neighbors returned"),
     )
     content_max_chars: StrictInt | None = Field(
         default=None,
-        description=f"Preview characters per neighbor, {policy.PREVIEW_CHARS.low}-"
-        f"{policy.PREVIEW_CHARS.high}, default {policy.PREVIEW_CHARS.default} (clamped).",
+        description=policy.PREVIEW_CHARS.describe("Preview characters per neighbor"),
     )
     include_incoming: StrictBool | None = Field(
         default=None, description="Also follow edges that point at a node (default true)."
@@ -93,13 +90,11 @@ class SliceRequest(_Request):
     entity_id: StrictStr = Field(description="A passage id, or the memory it was cut from.")
     window: StrictInt | None = Field(
         default=None,
-        description=f"Spans returned, {policy.WINDOW.low}-{policy.WINDOW.high}, default "
-        f"{policy.WINDOW.default} (clamped).",
+        description=policy.WINDOW.describe("Spans returned"),
     )
     content_max_chars: StrictInt | None = Field(
         default=None,
-        description=f"One character budget for the whole window, {policy.SLICE_CHARS.low}-"
-        f"{policy.SLICE_CHARS.high}, default {policy.SLICE_CHARS.default} (clamped).",
+        description=policy.SLICE_CHARS.describe("One character budget for the whole window"),
     )
     project: StrictStr | None = Field(default=None, description="Scope the read to this project.")
 
@@ -157,18 +152,15 @@ class SearchRequest(_Request):
     )
     limit: StrictInt | None = Field(
         default=None,
-        description=f"Results per page, {policy.SEARCH_LIMIT.low}-{policy.SEARCH_LIMIT.high}, "
-        f"default {policy.SEARCH_LIMIT.default} (clamped).",
+        description=policy.SEARCH_LIMIT.describe("Results per page"),
     )
     offset: StrictInt | None = Field(
         default=None,
-        description=f"Results to skip, {policy.SEARCH_OFFSET.low}-{policy.SEARCH_OFFSET.high}, "
-        f"default {policy.SEARCH_OFFSET.default} (clamped).",
+        description=policy.SEARCH_OFFSET.describe("Results to skip"),
     )
     content_max_chars: StrictInt | None = Field(
         default=None,
-        description=f"Preview characters per result, {policy.PREVIEW_CHARS.low}-"
-        f"{policy.PREVIEW_CHARS.high}, default {policy.PREVIEW_CHARS.default} (clamped).",
+        description=policy.PREVIEW_CHARS.describe("Preview characters per result"),
     )
 
 
@@ -212,23 +204,23 @@ class ContextRequest(_Request):
     )
     limit: StrictInt | None = Field(
         default=None,
-        description=f"Items in the pack, {policy.CONTEXT_LIMIT.low}-{policy.CONTEXT_LIMIT.high}, "
-        f"default {policy.CONTEXT_LIMIT.default} (clamped); up to {policy.NOTE_LANE} of them "
-        "are reserved for notes.",
+        description=policy.CONTEXT_LIMIT.describe(
+            "Items in the pack", f"; up to {policy.NOTE_LANE} of them are reserved for notes"
+        ),
     )
     include_related: StrictBool | None = Field(
         default=None, description="Attach one-hop related memories to each item (default true)."
     )
     related_limit: StrictInt | None = Field(
         default=None,
-        description=f"Related memories per item, {policy.RELATED_LIMIT.low}-"
-        f"{policy.RELATED_LIMIT.high}, default {policy.RELATED_LIMIT.default} (clamped).",
+        description=policy.RELATED_LIMIT.describe("Related memories per item"),
     )
     markdown_token_budget: StrictInt | None = Field(
         default=None,
-        description=f"Size of the Markdown rendering in tokens (about "
-        f"{policy.CHARS_PER_TOKEN} characters each), {policy.MARKDOWN_TOKENS.low}-"
-        f"{policy.MARKDOWN_TOKENS.high}, default {policy.MARKDOWN_TOKENS.default} (clamped).",
+        description=policy.MARKDOWN_TOKENS.describe(
+            f"Size of the Markdown rendering in tokens (about {policy.CHARS_PER_TOKEN} "
+            "characters each)"
+        ),
     )
 
 
