@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -15,6 +16,15 @@ try:
     from tests import oracle
 except ImportError:  # pragma: no cover - run from inside tests/
     import oracle  # type: ignore[no-redef]
+
+
+async def admin_sql(url: str, sql: str) -> None:
+    """Run one statement outside any transaction (CREATE/DROP DATABASE) on the server at ``url``."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
 
 
 async def import_dicts(engine: AsyncEngine, records: list[dict[str, Any]]) -> ndjson.ImportSummary:

@@ -15,7 +15,6 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -25,6 +24,7 @@ from app.core.db import make_engine, with_database
 from app.core.embedded import embedded_url
 from app.core.migrations import upgrade
 from app.core.settings import PROJECT_ROOT, get_settings
+from tests.builders import admin_sql
 
 PEPS_DIR = Path(os.environ.get("SIBYL_PEPS_DIR", PROJECT_ROOT.parent / "shared" / "data" / "peps"))
 
@@ -46,27 +46,19 @@ def _server_url() -> str:
     return embedded_url(PROJECT_ROOT / ".data" / "pg-test")
 
 
-async def _admin(url: str, sql: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """A fresh, migrated database for this test run (dropped afterwards)."""
     server = _server_url()
     name = f"sibyl_test_{os.getpid()}_{secrets.token_hex(3)}"
     admin = with_database(server, "postgres")
-    asyncio.run(_admin(admin, f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
     url = with_database(server, name)
     os.environ["DATABASE_URL"] = url
     get_settings.cache_clear()
     upgrade(url)
     yield url
-    asyncio.run(_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(scope="session")

@@ -12,14 +12,7 @@ from alembic.script import ScriptDirectory
 
 from app.core.db import with_database
 from app.core.migrations import alembic_config, downgrade_base, upgrade
-
-
-async def _admin(url: str, sql: str) -> None:
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+from tests.builders import admin_sql
 
 
 async def _tables(url: str) -> set[str]:
@@ -39,9 +32,9 @@ def test_single_head():
 def empty_database(database_url):
     name = f"sibyl_mig_{secrets.token_hex(4)}"
     admin = with_database(database_url, "postgres")
-    asyncio.run(_admin(admin, f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
     yield with_database(database_url, name)
-    asyncio.run(_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def test_upgrade_downgrade_upgrade_and_models_agree(empty_database):
