@@ -95,7 +95,7 @@ def _integral_floats_only(case: Any, response: Any) -> bool:
     calls them integers, the service's models are strict (``StrictInt``) on purpose, on REST
     and MCP alike, and say so with a 422 (contract §5: a value of the wrong JSON type)."""
     try:
-        errors = response.json()["detail"]
+        errors = response.json()["errors"]
     except (ValueError, KeyError, TypeError):
         return False
     body = case.body if isinstance(case.body, dict) else {}

@@ -37,7 +37,7 @@ from app.domain.schemas import (
     SliceRequest,
     SliceResponse,
 )
-from app.mcp.server import build_mcp, fixed_key
+from app.mcp.server import ROUND_BUDGET, build_mcp, fixed_key
 from tests.builders import import_dicts, make_key
 
 SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
@@ -92,16 +92,25 @@ async def test_tools_are_listed_with_input_and_output_schemas():
         for field, spec in model["properties"].items():
             assert schema["properties"][field] == spec, field
         assert schema.get("required", []) == model.get("required", [])
+        # every array says what its items are (the MCP inspector's strict mode warns on `{}`)
+        for field, spec in schema["properties"].items():
+            for option in spec.get("anyOf", [spec]):
+                if option.get("type") == "array":
+                    assert option.get("items", {}).get("type") == "string", (name, field)
         # the result is the REST response model
         assert tool.output_schema == response.model_json_schema()
 
 
 async def test_descriptions_state_round_budget_bounds_and_when_not_to_use():
-    async with mcp_as(None, None) as client:
+    server = build_mcp(lambda: None, fixed_key(None))
+    async with Client(server) as client:
+        instructions = client.instructions or ""
         tools = {name: tool.description for name, tool in (await read_tools(client)).items()}
-    budget = f"at most {policy.ROUND_BUDGET} rounds"
+    # the round budget is stated once, in the server instructions; each tool points at it
+    assert ROUND_BUDGET in instructions and f"at most {policy.ROUND_BUDGET} rounds" in instructions
     for description in tools.values():
-        assert budget in description
+        assert ROUND_BUDGET not in description
+        assert f"At most {policy.ROUND_BUDGET} retrieval rounds" in description
         assert "call `context`" in description  # when not to traverse: one hop answers it
     d, lim, chars = policy.DEPTH, policy.LIMIT, policy.PREVIEW_CHARS
     for phrase in (

@@ -14,6 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.errors import documented
 from app.domain.explain import ExplainReport, explain_for_key
 
 _bearer = HTTPBearer(auto_error=False, description="An API key with the `admin` scope")
@@ -22,11 +23,13 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 admin = APIRouter(
     prefix="/api/admin",
     tags=["admin"],
-    responses={
-        404: {"description": "Not an admin key, or an unknown verb (indistinguishable)"},
-        422: {"description": "The body is not a valid request of the verb"},
-        503: {"description": "Database unavailable or statement timeout; see Retry-After"},
-    },
+    responses=documented(
+        {
+            404: "Not an admin key, or an unknown verb (indistinguishable)",
+            422: "The body is not a valid request of the verb",
+            503: "Database unavailable or statement timeout; see Retry-After",
+        }
+    ),
 )
 
 

@@ -1,8 +1,9 @@
 """The FastAPI application: REST under ``/api``, MCP at ``/mcp``, health probes, OpenAPI at
 ``/docs``.
 
-Errors are ``{"detail": ...}``: domain errors carry their status; database faults are 503 with
-``Retry-After``; anything else is a 500 with a generic message (never SQL or a stack).
+Every error is ``{"detail": "<message>"}`` (plus ``errors`` on a 422; app/api/errors.py): domain
+errors carry their status; database faults are 503 with ``Retry-After``; anything else is a 500
+with a generic message (never SQL or a stack).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api import admin, retrieval, routes, writes
+from app.api.errors import invalid_payload
 from app.api.limits import BodyLimit
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unavailable
@@ -67,13 +69,10 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _shape(_: Request, exc: RequestValidationError) -> JSONResponse:
-        # 422 for a payload of the wrong shape. The caller's input is not echoed back (it may be
-        # an id, or not even JSON-encodable, e.g. NaN): location, message and type only.
-        errors = [
-            {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type")}
-            for e in exc.errors()
-        ]
-        return JSONResponse({"detail": errors}, status_code=422)
+        # 422 for a payload of the wrong shape, in the one error body (app/api/errors.py). The
+        # caller's input is not echoed back (it may be an id, or not even JSON-encodable, e.g.
+        # NaN): location, message and type only.
+        return invalid_payload(exc.errors())
 
     @app.exception_handler(DomainError)
     async def _domain(_: Request, exc: DomainError) -> JSONResponse:

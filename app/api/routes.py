@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.api.errors import documented
 from app.core.migrations import head_revision
 from app.domain.expand import expand_neighbors
 from app.domain.reader import Reader
@@ -20,13 +21,15 @@ from app.domain.slice import fetch_slice
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
-ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"description": "Malformed input (blank id, bad name)"},
-    401: {"description": "Missing or invalid API key"},
-    404: {"description": "Absent or not readable (indistinguishable)"},
-    422: {"description": "A field of the wrong JSON type"},
-    503: {"description": "Database unavailable or statement timeout; see Retry-After"},
-}
+ERRORS = documented(
+    {
+        400: "Malformed input (blank id, bad name)",
+        401: "Missing or invalid API key",
+        404: "Absent or not readable (indistinguishable)",
+        422: "The body does not fit the schema (missing, unknown or wrong-type field)",
+        503: "Database unavailable or statement timeout; see Retry-After",
+    }
+)
 
 health = APIRouter(tags=["health"])
 search = APIRouter(prefix="/api/search", tags=["traversal"], responses=ERRORS)

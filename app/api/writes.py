@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.api.errors import documented
 from app.core.errors import Forbidden, NotFound, Unauthorized
 from app.domain import directory
 from app.domain import entities as verbs
@@ -55,24 +56,30 @@ IfMatch = Annotated[
     ),
 ]
 
-WRITE_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"description": "Malformed value (id, type, name, spans, self-edge), with the reason"},
-    401: {"description": "Missing or invalid API key"},
-    403: {"description": "Key without the `write` scope, or readable but not writable"},
-    404: {"description": "Absent or not readable (indistinguishable)"},
-    409: {"description": "Id taken, SUPERSEDES cycle, or a directory row still in use"},
-    412: {"description": "If-Match does not name the current revision; nothing changed"},
-    422: {"description": "A field of the wrong JSON type or an unknown field"},
-    503: {"description": "Database unavailable or statement timeout; see Retry-After"},
-}
-ADMIN_ERRORS: dict[int | str, dict[str, object]] = {
-    400: {"description": "Malformed value, with the reason"},
-    403: {"description": "Above the admin's own org role"},
-    404: {"description": "Not an admin key (the route does not exist), or no such row"},
-    409: {"description": "Id taken, or the row is still in use"},
-    422: {"description": "A field of the wrong JSON type or an unknown field"},
-    503: {"description": "Database unavailable or statement timeout; see Retry-After"},
-}
+WRITE_ERRORS = documented(
+    {
+        400: "Malformed value (id, type, name, spans, self-edge), with the reason",
+        401: "Missing or invalid API key",
+        403: "Key without the `write` scope, or readable but not writable",
+        404: "Absent or not readable (indistinguishable)",
+        409: "Id taken, SUPERSEDES cycle, or a directory row still in use",
+        412: "If-Match does not name the current revision; nothing changed",
+        422: "The body does not fit the schema (missing, unknown or wrong-type field, or a value "
+        "outside the listed choices)",
+        503: "Database unavailable or statement timeout; see Retry-After",
+    }
+)
+ADMIN_ERRORS = documented(
+    {
+        400: "Malformed value, with the reason",
+        403: "Above the admin's own org role",
+        404: "Not an admin key (the route does not exist), or no such row",
+        409: "Id taken, or the row is still in use",
+        422: "The body does not fit the schema (missing, unknown or wrong-type field, or a value "
+        "outside the listed choices)",
+        503: "Database unavailable or statement timeout; see Retry-After",
+    }
+)
 
 entities = APIRouter(prefix="/api", tags=["writes"], responses=WRITE_ERRORS)
 admin = APIRouter(prefix="/api/admin", tags=["admin"], responses=ADMIN_ERRORS)

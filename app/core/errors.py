@@ -1,10 +1,23 @@
 """Domain errors that carry their HTTP meaning; one handler per surface maps them.
 
 Messages are written for the caller and never echo an id that might not be readable, SQL text or a
-stack trace. 422 is left to payload-shape validation (pydantic).
+stack trace. 422 is left to payload-shape validation (pydantic): :func:`shape_errors` and
+:func:`shape_message` turn pydantic's errors into the one message both surfaces show (REST's
+``detail``, MCP's tool-error text), without the rejected values.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+
+class ShapeError(TypedDict):
+    """One reason a payload does not fit its schema: where (``loc``), why (``msg``, ``type``)."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
 
 
 class DomainError(Exception):
@@ -64,3 +77,37 @@ class Unavailable(DomainError):
     def __init__(self, detail: str = "Database unavailable, retry later", retry_after: int = 2):
         super().__init__(detail)
         self.retry_after = retry_after
+
+
+MAX_LISTED_ERRORS = 5
+"""At most this many validation errors are spelled out in a message (the rest are counted)."""
+
+
+def shape_errors(errors: Sequence[Mapping[str, Any]]) -> list[ShapeError]:
+    """Validation errors (pydantic's ``errors()``) as ``{"loc", "msg", "type"}`` dicts, without the
+    rejected input (it may be an id the caller may not read, or not even JSON-encodable). The
+    name of an unknown field is the caller's text as well: its error points at the object that
+    holds it (``loc`` without the name, ``type: extra_forbidden``)."""
+    out: list[ShapeError] = []
+    for error in errors:
+        loc = [part for part in error.get("loc", ()) if isinstance(part, (str, int))]
+        kind = str(error.get("type"))
+        if kind == "extra_forbidden" and loc:
+            loc = loc[:-1]  # the unknown field's name is the caller's text too: not echoed
+        out.append({"loc": loc, "msg": str(error.get("msg", "")), "type": kind})
+    return out
+
+
+def shape_message(errors: Sequence[ShapeError], *, what: str = "request") -> str:
+    """One line for a caller: ``Invalid request: depth: Input should be a valid integer; ...``.
+
+    Names the fields (their locations) and pydantic's reason, never a value; at most
+    :data:`MAX_LISTED_ERRORS` reasons, the rest counted.
+    """
+    parts = []
+    for error in errors[:MAX_LISTED_ERRORS]:
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{where}: {error['msg']}" if where else error["msg"])
+    if len(errors) > MAX_LISTED_ERRORS:
+        parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more")
+    return f"Invalid {what}: " + "; ".join(parts) if parts else f"Invalid {what}"

@@ -10,12 +10,15 @@ Every tool
   :func:`app.domain.session.run_read`: one authenticated, read-only transaction per call;
 - returns the same response model; its JSON schema is the tool's output schema;
 - turns a :class:`app.core.errors.DomainError` into a tool error (``isError``) whose text is
-  exactly REST's ``detail`` ("Entity not found", "entity_ids must be non-blank strings", ...).
+  exactly REST's ``detail`` ("Entity not found", "entity_ids must be non-blank strings", ...);
+  arguments that do not fit the schema are a tool error naming the fields and reasons, never
+  the values (:class:`StrictTool`, REST's 422 message).
   Anything else is a crash: the SDK answers "Error executing tool <name>" and logs the traceback
   on the server, never to the caller.
 
 Tool descriptions are written for a model and built from :mod:`app.domain.policy`, so the bounds
-they state are the bounds the domain applies.
+they state are the bounds the domain applies. The round budget is stated once, in the server
+instructions (:data:`INSTRUCTIONS`); each description says only what is specific to its tool.
 
 The key comes from a *key provider*: the bearer header of the HTTP request carrying the call
 (:func:`http_bearer_key`), or one fixed key (:func:`fixed_key`, stdio and tests).
@@ -26,14 +29,15 @@ from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from pydantic.fields import FieldInfo
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.errors import DomainError
+from app.core.errors import DomainError, shape_errors, shape_message
 from app.core.settings import Settings
 from app.domain import policy
 from app.domain.context import context_pack as context_verb
@@ -67,6 +71,9 @@ ROUND_BUDGET = (
     "more widening round, then answer. Two retrieval rounds capture nearly all of the available "
     "gain: another round costs latency and buys noise."
 )
+"""Stated once, in the server instructions; each tool description only points at it."""
+
+ROUND_NOTE = f"At most {policy.ROUND_BUDGET} retrieval rounds in all (see the server instructions)."
 
 INSTRUCTIONS = (
     "Graph memory for agents. For 'what do we know about X', call `context` once and read the "
@@ -84,7 +91,7 @@ Use it when you hold specific memory ids (from `search`, `context` or an earlier
 what sits next to them. Do not use it to answer "what do we know about X": one hop answers that, \
 so call `context` and read the pack it composed.
 
-{ROUND_BUDGET}
+{ROUND_NOTE}
 
 Bounds are clamped, never rejected, and the applied values come back in `depth`, `limit` and \
 `filters`: at most {policy.MAX_SEEDS} seeds (seeds past {policy.MAX_SEEDS} come back in \
@@ -111,7 +118,7 @@ Use it when a search or expand result matched part of a long memory (a neighbor 
 text. Do not use it to find related memories (that is `expand_neighbors`) or to answer a general \
 question (call `context`).
 
-{ROUND_BUDGET}
+{ROUND_NOTE}
 
 Bounds are clamped, never rejected: window {policy.WINDOW.low}–{policy.WINDOW.high} spans \
 (default {policy.WINDOW.default}; centred on a named passage, or the first spans of a memory), \
@@ -132,7 +139,7 @@ Use it to locate memories you will widen or cite: `query` takes words (web-searc
 "a phrase", or, -word), a memory id, or the start of a memory's name. For "what do we know \
 about X", call `context` instead: it composes the pack for you.
 
-{ROUND_BUDGET}
+{ROUND_NOTE}
 
 Bounds are clamped, never rejected, and the applied values come back in `limit`, `offset` and \
 `filters`: limit {policy.SEARCH_LIMIT.low}–{policy.SEARCH_LIMIT.high} results per page \
@@ -160,7 +167,7 @@ plus `markdown`, the same pack rendered for reading. Widen only if the pack fall
 `expand_neighbors` on items you need the neighborhood of, `fetch_slice` on an item with \
 `widen_with: "fetch_slice"` (a passage: cite its `parent_entity_id`).
 
-{ROUND_BUDGET}
+{ROUND_NOTE}
 
 Bounds are clamped, never rejected, and the applied values come back in `limit` and `filters`: \
 limit {policy.CONTEXT_LIMIT.low}–{policy.CONTEXT_LIMIT.high} items (default \
@@ -245,9 +252,33 @@ class Surface:
 
 
 def _about(model: type[BaseModel], field: str) -> FieldInfo:
-    """A parameter description taken from the request model's field, so the two cannot drift."""
-    info: FieldInfo = Field(description=model.model_fields[field].description)
+    """A parameter's description (and schema extras, e.g. the item type of ``entity_ids``)
+    taken from the request model's field, so the two cannot drift."""
+    source = model.model_fields[field]
+    info: FieldInfo = Field(
+        description=source.description, json_schema_extra=source.json_schema_extra
+    )
     return info
+
+
+class StrictTool(Tool):
+    """A tool whose argument errors are reported as REST reports a 422: one line naming each
+    field and the reason (``Invalid arguments: depth: Input should be a valid integer``), never
+    the rejected value. (The SDK's own message is pydantic's text, which echoes the input.)"""
+
+    async def run(
+        self,
+        arguments: dict[str, Any],
+        context: Context[Any, Any],
+        convert_result: bool = False,
+    ) -> Any:
+        """Validate ``arguments`` first; a mismatch is a :class:`ToolError` without input echo."""
+        try:
+            self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            shaped = shape_errors(exc.errors(include_input=False))
+            raise ToolError(shape_message(shaped, what="arguments")) from None
+        return await super().run(arguments, context, convert_result)
 
 
 class _ArgumentsAsSent(FuncMetadata):
@@ -261,7 +292,7 @@ class _ArgumentsAsSent(FuncMetadata):
 def read_tool(fn: Callable[..., Any], *, name: str, title: str, description: str) -> Tool:
     """Register ``fn`` as a read-only tool whose arguments are validated exactly as REST
     validates a request body: strict types, unknown fields refused, nothing decoded."""
-    tool = Tool.from_function(
+    tool = StrictTool.from_function(
         fn,
         name=name,
         title=title,
@@ -415,7 +446,8 @@ def build_mcp(
 
     # A read verb is one adapter above (parameters = its request model's fields, typed and
     # described as there; body = build the request, `surface.read` the domain call) and one
-    # `read_tool` entry here, described for the model with ROUND_BUDGET and its policy bounds.
+    # `read_tool` entry here, described for the model with its policy bounds (the round
+    # budget is stated once, in INSTRUCTIONS).
     tools = [
         read_tool(search, name="search", title="Search", description=SEARCH),
         read_tool(context, name="context", title="Context pack", description=CONTEXT),

@@ -15,10 +15,10 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import BaseModel, Field, StrictInt, StrictStr
+from pydantic import BaseModel, Field, StrictInt, StrictStr, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.errors import BadRequest, DomainError
+from app.core.errors import BadRequest, DomainError, shape_errors, shape_message
 from app.core.settings import get_settings
 from app.domain import entities as verbs
 from app.domain.reader import Reader
@@ -80,6 +80,8 @@ async def run_tool_write(
         response = await run_write(surface.engine(), surface.key(ctx), verb)
     except DomainError as exc:
         return tool_error(exc.detail)
+    except ValidationError as exc:  # the request model's own rules, as REST's 422: no input echo
+        return tool_error(shape_message(shape_errors(exc.errors()), what="arguments"))
     return tool_result(response)
 
 

@@ -1,0 +1,49 @@
+"""The one error body of every REST route (README, "Errors").
+
+Every error answer, whatever the route and the status, is ``{"detail": "<message>"}``: one
+string written for the caller. A 422 (the body or query does not fit the published schema) adds
+``errors``, one ``{"loc", "msg", "type"}`` per reason, never the rejected value. Statuses:
+400 a value the schema allows but a rule refuses, 401 no valid key, 403 readable but not
+writable, 404 absent or not readable (the same answer), 409 conflict, 412 stale ``If-Match``,
+413 body too large, 422 wrong shape, 503 database unavailable (``Retry-After``), 500 a bug
+(generic message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from app.core.errors import shape_errors, shape_message
+
+
+class ShapeErrorOut(BaseModel):
+    """One reason a request does not fit its schema."""
+
+    loc: list[str | int] = Field(description='Where: e.g. ["body", "depth"] or ["query", "src"]')
+    msg: str = Field(description="Why, in words")
+    type: str = Field(description="pydantic's error type, e.g. int_type, missing, extra_forbidden")
+
+
+class ErrorBody(BaseModel):
+    """The body of every error answer."""
+
+    detail: str = Field(description="What went wrong, for a person or a model to read")
+    errors: list[ShapeErrorOut] | None = Field(
+        default=None, description="422 only: each reason the payload does not fit its schema"
+    )
+
+
+def documented(errors: Mapping[int, str]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for statuses → descriptions, each with the :class:`ErrorBody` body."""
+    return {status: {"model": ErrorBody, "description": text} for status, text in errors.items()}
+
+
+def invalid_payload(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
+    """The 422 answer for pydantic's ``errors``: a one-line ``detail`` and the ``errors`` list,
+    without the rejected values."""
+    shaped = shape_errors(errors)
+    return JSONResponse({"detail": shape_message(shaped), "errors": shaped}, status_code=422)

@@ -1,0 +1,209 @@
+"""One error model (issue 14, README "Errors"): every error answer of every route is
+``{"detail": "<message>"}`` (plus ``errors`` on a 422), never echoes the caller's input, and the
+MCP tools report argument errors the same way, without the rejected values.
+
+The routes are enumerated from the app itself, so a new route is covered the day it is added.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Any
+
+import pytest
+
+from app.api.app import create_app
+from tests.builders import import_dicts, make_key
+from tests.test_mcp import mcp_as, text_of
+
+SECRET = "zz_secret_" + secrets.token_hex(4)
+"""A value no answer may ever contain: every malformed request below carries it."""
+
+
+def routes() -> list[tuple[str, str, list[str] | None]]:
+    """Every (method, path, body fields) of the app, from its own OpenAPI (every route is
+    documented there; ``None``: the route takes no body)."""
+    spec = create_app().openapi()
+    schemas = spec["components"]["schemas"]
+    out = []
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            body = operation.get("requestBody")
+            fields = None
+            if body is not None:
+                schema = body["content"]["application/json"]["schema"]
+                ref = schema.get("$ref", "").rsplit("/", 1)[-1]
+                fields = list(schemas[ref]["properties"]) if ref else ["x"]
+            out.append((method.upper(), path, fields))
+    return out
+
+
+ROUTES = routes()
+
+
+def fill(path: str) -> str:
+    """``path`` with each ``{param}`` replaced by the secret marker (an id that does not exist)."""
+    return re.sub(r"\{[^}]+\}", SECRET, path)
+
+
+def assert_error_shape(status: int, body: Any, text: str, where: str) -> None:
+    assert status >= 400 and status != 500, (where, status, text)
+    assert isinstance(body, dict), (where, text)
+    assert isinstance(body.get("detail"), str) and body["detail"], (where, text)
+    assert set(body) <= {"detail", "errors"}, (where, text)
+    if status == 422:
+        assert isinstance(body["errors"], list) and body["errors"], (where, text)
+        for error in body["errors"]:
+            assert set(error) == {"loc", "msg", "type"}, (where, text)
+    else:
+        assert "errors" not in body, (where, text)
+    assert SECRET not in text, (where, text)
+
+
+@pytest.fixture(scope="module")
+async def owner_key(engine) -> str:
+    """A read,write,admin key of an org owner: every route is reachable with it."""
+    org = "org_err_" + secrets.token_hex(4)
+    user = f"user_{org}"
+    await import_dicts(
+        engine,
+        [
+            {"kind": "org", "id": org, "name": "Errors"},
+            {"kind": "user", "id": user, "org": org, "handle": "e", "role": "owner"},
+            {"kind": "project", "id": "proj", "org": org, "name": "P", "visibility": "org"},
+        ],
+    )
+    return await make_key(engine, user, scopes=("read", "write", "admin"))
+
+
+def test_every_route_is_enumerated():
+    paths = {path for _, path, _ in ROUTES}
+    assert {"/api/search/expand", "/api/entities", "/api/admin/users", "/healthz"} <= paths
+    assert len(ROUTES) >= 30
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "fields"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES]
+)
+async def test_every_error_of_every_route_has_the_one_shape(
+    client, owner_key, method, path, fields
+):
+    url = fill(path)
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("no key", {}),
+        ("unknown key", {"headers": {"Authorization": f"Bearer {SECRET}"}}),
+    ]
+    auth = {"Authorization": f"Bearer {owner_key}"}
+    if fields is not None:
+        cases += [
+            ("not JSON", {"headers": auth | {"Content-Type": "application/json"}, "content": "{"}),
+            ("a list", {"headers": auth, "json": [SECRET]}),
+            ("unknown field", {"headers": auth, "json": {SECRET: SECRET, "id": [SECRET]}}),
+            ("wrong types", {"headers": auth, "json": {key: [SECRET] for key in fields}}),
+        ]
+    else:
+        cases.append(("absent ids", {"headers": auth}))
+    seen_error = False
+    for label, kwargs in cases:
+        r = await client.request(method, url, **kwargs)
+        where = f"{method} {path} ({label})"
+        if r.status_code < 400:
+            continue  # e.g. /healthz, or GET of a list
+        seen_error = True
+        assert r.headers["content-type"].startswith("application/json"), where
+        assert_error_shape(r.status_code, r.json(), r.text, where)
+    assert seen_error or path in ("/healthz", "/readyz")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/nowhere/" + SECRET), ("DELETE", "/api/search/expand"), ("GET", "/api/search")],
+)
+async def test_unknown_routes_and_methods_have_the_one_shape(client, method, path):
+    r = await client.request(method, path)
+    assert r.status_code in (404, 405)
+    assert_error_shape(r.status_code, r.json(), r.text, f"{method} {path}")
+
+
+async def test_a_422_names_fields_and_reasons_in_one_line(client, owner_key):
+    r = await client.post(
+        "/api/search/expand",
+        json={"entity_ids": ["x"], "depth": SECRET, SECRET: 1},
+        headers={"Authorization": f"Bearer {owner_key}"},
+    )
+    assert r.status_code == 422
+    body = r.json()
+    assert body["detail"].startswith("Invalid request: body.depth: Input should be a valid integer")
+    assert [(e["loc"], e["type"]) for e in body["errors"]] == [
+        (["body", "depth"], "int_type"),
+        (["body"], "extra_forbidden"),  # an unknown field's name is the caller's text too
+    ]
+
+
+async def test_a_400_is_a_message(client, owner_key):
+    r = await client.post(
+        "/api/search/expand",
+        json={"entity_ids": ["x"], "relationship_types": ["NO-DASH"]},
+        headers={"Authorization": f"Bearer {owner_key}"},
+    )
+    assert r.status_code == 400
+    assert r.json() == {"detail": "relationship_types entries must match [A-Za-z0-9_]{1,64}"}
+
+
+def test_openapi_documents_the_one_error_body():
+    spec = create_app().openapi()
+    body = spec["components"]["schemas"]["ErrorBody"]
+    assert set(body["properties"]) == {"detail", "errors"}
+    for path, operations in spec["paths"].items():
+        for method, operation in operations.items():
+            for status, response in operation["responses"].items():
+                if not status.startswith(("4", "5")) or path == "/readyz":
+                    continue
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+
+
+# --- MCP ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("expand_neighbors", {"entity_ids": ["x"], "depth": SECRET}),
+        ("expand_neighbors", {"entity_ids": SECRET}),
+        ("expand_neighbors", {"entity_ids": ["x"], SECRET: SECRET}),
+        ("fetch_slice", {"entity_id": [SECRET]}),
+        ("fetch_slice", {"entity_id": "x", "window": 2.5, "project": {"id": SECRET}}),
+        ("search", {"query": {SECRET: SECRET}}),
+        ("context", {"goal": "g", "limit": SECRET}),
+        ("remember", {"type": "note", "name": "n", "scope": SECRET}),
+        ("link", {"src": "a", "relationship": ["R"], "dst": SECRET + "_x"}),
+        ("link", {"src": "a", "relationship": "R"}),
+    ],
+)
+async def test_mcp_argument_errors_name_fields_never_values(owner_key, tool, arguments):
+    async with mcp_as(None, owner_key) as mcp:
+        result = await mcp.call_tool(tool, arguments)
+    text = text_of(result)
+    assert result.is_error and result.structured_content is None
+    assert text.startswith("Invalid arguments: "), text
+    assert SECRET not in text and "input_value" not in text, text
+
+
+async def test_mcp_argument_error_reads_like_rests_422(client, owner_key):
+    async with mcp_as(None, owner_key) as mcp:
+        result = await mcp.call_tool("expand_neighbors", {"entity_ids": ["x"], "depth": "3"})
+    r = await client.post(
+        "/api/search/expand",
+        json={"entity_ids": ["x"], "depth": "3"},
+        headers={"Authorization": f"Bearer {owner_key}"},
+    )
+    assert text_of(result) == "Invalid arguments: depth: Input should be a valid integer"
+    assert r.json()["detail"] == "Invalid request: body.depth: Input should be a valid integer"
+
+
+async def test_mcp_http_refusal_has_the_one_shape(client):
+    r = await client.post("/mcp", json={}, headers={"Authorization": f"Bearer {SECRET}"})
+    assert r.status_code == 401
+    assert_error_shape(r.status_code, r.json(), r.text, "POST /mcp")
