@@ -18,14 +18,15 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
+	@echo "› creating .venv and installing sibyl-pg with its dependencies (first time: 1-2 min)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
 
-run: install ## Migrate, import the PEP corpus if empty, print demo keys, serve on $(HOST):$(PORT)
+run: install ## Migrate, import the PEP corpus if empty, print demo keys, serve on 127.0.0.1:8000 (another port: make run PORT=8001)
 	$(BIN)/sibyl-pg quickstart --host $(HOST) --port $(PORT)
 
 serve: install ## Serve without the set-up steps
@@ -44,7 +45,8 @@ typecheck: install ## mypy
 check: lint typecheck ## lint + typecheck
 
 $(BENCH_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	@echo "› installing the benchmark's extra dependencies"
+	$(BIN)/pip install -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md) then the 60 s load test; BENCH_ARGS=--quick: smoke run

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy import text
 
 from app.bench.cli import bench_cli
 from app.cli_admin import register as register_admin_commands
+from app.cli_progress import console, counted, port_in_use, progress, step
 from app.core.db import database_url, make_engine
 from app.core.errors import DomainError
 from app.core.settings import get_settings
@@ -75,31 +76,44 @@ def import_peps(
     if not folder.is_dir():
         raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass DIR)")
     started = time.monotonic()
-    records = list(peps.iter_pep_records(folder))
+    records: list[dict[str, object]] = []
+    with progress("parsing PEPs", peps.count_peps(folder)) as advance:
+        for record in peps.iter_pep_records(folder):  # bodies are parsed as entities come
+            records.append(record)
+            if record["kind"] == "entity":
+                advance(1)
     typer.echo(f"parsed {len(records)} records in {time.monotonic() - started:.1f}s", err=True)
     _run_import(ndjson.from_dicts(records), total=len(records), batch_size=500)
     typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
 
 
-def _run_import(records: object, *, total: int, batch_size: int) -> None:
+def _run_import(records: Iterable[Any], *, total: int, batch_size: int) -> None:
+    """Import ``records`` (numbered, as :func:`app.importers.ndjson.read_file` yields them) with
+    a progress bar on a terminal (the importer's own) or periodic lines elsewhere."""
     from app.importers import ndjson
 
-    async def go() -> ndjson.ImportSummary:
+    terminal = console.is_terminal
+
+    async def go(items: Iterable[Any]) -> ndjson.ImportSummary:
         engine = make_engine()
         try:
             return await ndjson.import_records(
                 engine,
-                records,  # type: ignore[arg-type]
+                items,
                 total=total,
                 batch_size=batch_size,
                 evidence_lines=get_settings().evidence_lines,
-                show_progress=sys.stderr.isatty(),
+                show_progress=terminal,
             )
         finally:
             await engine.dispose()
 
     try:
-        summary = asyncio.run(go())
+        if terminal:
+            summary = asyncio.run(go(records))
+        else:
+            with progress("importing records", total) as advance:
+                summary = asyncio.run(go(counted(records, advance)))
     except ndjson.ImportError_ as exc:
         raise _err(f"import stopped at {exc} (its batch was not written)") from None
     typer.echo(summary.render())
@@ -199,13 +213,16 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
+    checked: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
     """Serve REST (and MCP over streamable HTTP) until interrupted."""
     import uvicorn
 
     from app.api.app import create_app
 
-    url = database_url()
+    if not checked:
+        _check_port(host, port)
+    url = _database() if not checked else database_url()
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
     uvicorn.run(create_app(), host=host, port=port, log_level="info")
@@ -248,19 +265,48 @@ def explain(
     run_explain(verb, body, user=user, fmt=fmt, projects=projects, generic=generic, psql=psql)
 
 
+def _check_port(host: str, port: int) -> None:
+    """Exit with a clear message, before any set-up, when ``host:port`` is taken."""
+    if port_in_use(host, port):
+        raise _err(
+            f"port {port} on {host} is already in use (another `make run` or `sibyl-pg serve`?). "
+            f"Stop it, or pick another port: `make run PORT={port + 1}` "
+            f"(`sibyl-pg quickstart --port {port + 1}`)."
+        )
+
+
+def _database() -> str:
+    """The database URL, announcing the embedded server's start when there is no
+    ``DATABASE_URL`` (its first start runs ``initdb``)."""
+    settings = get_settings()
+    if settings.database_url:
+        step("using the database in DATABASE_URL")
+    else:
+        pgdata = settings.data_dir / "pg"
+        first = not (pgdata / "PG_VERSION").exists()
+        step(
+            f"starting the embedded PostgreSQL 16 in {pgdata}"
+            + (" (first start: initdb, about 10 s)" if first else "")
+        )
+    return database_url(settings)
+
+
 @cli.command()
 def quickstart(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     no_serve: Annotated[bool, typer.Option("--no-serve", help="Set up, then exit")] = False,
 ) -> None:
-    """What ``make run`` does: migrate, import the PEP corpus into an empty database, mint one
-    key per demo reader (saved in ``.data/demo-keys.env``), then serve."""
+    """What ``make run`` does: check the port, migrate, import the PEP corpus into an empty
+    database, mint the demo keys (saved in ``.data/demo-keys.env``), then serve."""
     from app.core.migrations import upgrade
 
-    url = database_url()
+    if not no_serve:
+        _check_port(host, port)  # before the set-up, not after it
+    url = _database()
     os.environ["DATABASE_URL"] = url
     get_settings.cache_clear()
+    step("migrating the database to the newest migration")
     upgrade(url)
 
     async def count() -> int:
@@ -273,53 +319,80 @@ def quickstart(
             await engine.dispose()
 
     if asyncio.run(count()) == 0:
+        step(
+            f"importing the PEP corpus from {get_settings().peps_dir} "
+            "(the first time only; about 1.5 min on 2 busy cores)"
+        )
         import_peps(None)
     else:
-        typer.echo("database already holds memories: import skipped", err=True)
+        step("the database already holds memories: import skipped")
+    step("detecting communities of org_python")
     _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
-    keys_file = _demo_keys()
+    step("minting the demo keys")
+    keys_file = demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
     typer.echo(keys_file.read_text())
     if not no_serve:
-        serve(host=host, port=port)
+        step(
+            f"serving on http://{host}:{port}: REST under /api, MCP at /mcp, OpenAPI at /docs "
+            "(Ctrl-C stops)"
+        )
+        serve(host=host, port=port, checked=True)
 
 
-def _demo_keys() -> Path:
-    """Mint a read key per demo reader unless the saved ones still work; return the file."""
+DEMO_WRITER = ("user_jelle_zijlstra", "TYPING_WRITER_KEY", "proj_typing")
+"""The demo write key: a real PEP author (typing PEPs), contributor in ``proj_typing``."""
+
+
+def _var(user: str) -> str:
+    return user.removeprefix("user_").upper() + "_KEY"
+
+
+def demo_keys(path: Path | None = None) -> Path:
+    """Mint the demo keys unless the saved ones still work; write them to ``path`` (default
+    ``<data_dir>/demo-keys.env``, mode 600) as ``NAME=key`` lines; return the path.
+
+    A ``read`` key per demo reader (``TYPING_READER_KEY``, ``PACKAGING_READER_KEY``,
+    ``ORG_ADMIN_KEY``, ``OUTSIDER_KEY``) and ``TYPING_WRITER_KEY``, a ``read,write`` key of
+    :data:`DEMO_WRITER`'s user. Uses ``DATABASE_URL`` (else the embedded server)."""
     from app.domain.keys import create_key
     from app.repo.readers import reader_by_key
 
-    path = get_settings().data_dir / "demo-keys.env"
-
-    def var(user: str) -> str:
-        return user.removeprefix("user_").upper() + "_KEY"
+    path = path or get_settings().data_dir / "demo-keys.env"
+    writer, writer_var, writer_project = DEMO_WRITER
+    wanted = [(user, _var(user), ["read"]) for user in DEMO_READERS]
+    wanted.append((writer, writer_var, ["read", "write"]))
 
     saved: dict[str, str] = {}
     if path.exists():
         for line in path.read_text().splitlines():
             name, _, value = line.partition("=")
-            saved[name.strip()] = value.strip()
+            if not name.startswith("#"):
+                saved[name.strip()] = value.strip()
 
     async def go() -> dict[str, str]:
         engine = make_engine()
         out: dict[str, str] = {}
         try:
             async with engine.begin() as conn:
-                for user in DEMO_READERS:
-                    key = saved.get(var(user))
+                for user, var, scopes in wanted:
+                    key = saved.get(var)
                     if key and await reader_by_key(conn, key=key) is not None:
-                        out[var(user)] = key
+                        out[var] = key
                         continue
-                    _, out[var(user)] = await create_key(
-                        conn, user_id=user, scopes=["read"], label="demo"
-                    )
+                    _, out[var] = await create_key(conn, user_id=user, scopes=scopes, label="demo")
         finally:
             await engine.dispose()
         return out
 
     keys = asyncio.run(go())
+    lines = [f"{var}={keys[var]}" for _, var, _ in wanted[:-1]]
+    lines.append(
+        f"# read,write key of {writer}, a contributor in {writer_project} (the README's writes)"
+    )
+    lines.append(f"{writer_var}={keys[writer_var]}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{name}={key}\n" for name, key in keys.items()))
+    path.write_text("".join(line + "\n" for line in lines))
     path.chmod(0o600)
     return path
 

@@ -360,6 +360,14 @@ def _read_pep(path: Path, number: int) -> _Pep:
     )
 
 
+def count_peps(corpus_dir: Path) -> int:
+    """How many ``pep-NNNN.rst`` files ``corpus_dir`` holds (0 when it is not a folder): the
+    number of entity records :func:`iter_pep_records` yields, known before any is parsed."""
+    if not Path(corpus_dir).is_dir():
+        return 0
+    return sum(1 for path in Path(corpus_dir).iterdir() if _PEP_FILE_RE.fullmatch(path.name))
+
+
 def _load_corpus(corpus_dir: Path) -> list[_Pep]:
     if not corpus_dir.is_dir():
         raise FileNotFoundError(f"PEP corpus folder not found: {corpus_dir}")

@@ -1,0 +1,93 @@
+"""What the command line shows while a user waits (issue 14): announced steps and progress.
+
+Everything goes to standard error (standard output stays for what a command prints, e.g. a key).
+On a terminal, steps are styled lines and progress is a ``rich`` bar; elsewhere (a pipe, CI, a
+log file) the same steps are plain lines and progress is a line at every tenth of the work, and
+at least every :data:`QUIET_SECONDS` seconds, so no stretch of work is silent.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+T = TypeVar("T")
+
+QUIET_SECONDS = 10.0
+"""On a non-terminal, a progress line is printed after at most this many seconds of work."""
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def step(message: str) -> None:
+    """Announce a step that is starting (``› migrating the database``)."""
+    console.print(f"[bold cyan]›[/] {message}")
+
+
+@contextmanager
+def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """A progress display for ``total`` units of work; yields ``advance(n)``.
+
+    On a terminal: a ``rich`` bar (label, bar, done/total, elapsed). Elsewhere: a line
+    ``label: done/total`` at every tenth of ``total`` and after :data:`QUIET_SECONDS` without
+    one, then a last line with the elapsed time.
+    """
+    if console.is_terminal:
+        bar = Progress(
+            TextColumn(label),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        with bar:
+            task = bar.add_task(label, total=total)
+
+            def advance_bar(n: int = 1) -> None:
+                bar.update(task, advance=n)
+
+            yield advance_bar
+        return
+    started = last = time.monotonic()
+    done = 0
+    tenth = max((total or 0) // 10, 1)
+
+    def advance(n: int = 1) -> None:
+        nonlocal done, last
+        before, done = done, done + n
+        now = time.monotonic()
+        if before // tenth != done // tenth or now - last >= QUIET_SECONDS:
+            last = now
+            of = f"/{total}" if total else ""
+            console.print(f"  {label}: {done}{of}")
+
+    yield advance
+    console.print(f"  {label}: {done} done in {time.monotonic() - started:.0f} s")
+
+
+def counted(items: Iterable[T], advance: Callable[[int], None]) -> Iterator[T]:
+    """``items`` unchanged, calling ``advance(1)`` after each one is taken."""
+    for item in items:
+        yield item
+        advance(1)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when ``host:port`` cannot be bound (another server listens there).
+
+    Binds with ``SO_REUSEADDR`` as uvicorn does, so a port left in TIME_WAIT counts as free.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
