@@ -22,6 +22,9 @@ T = TypeVar("T")
 QUIET_SECONDS = 10.0
 """On a non-terminal, a progress line is printed after at most this many seconds of work."""
 
+MIN_GAP_SECONDS = 1.0
+"""On a non-terminal, progress lines are at least this far apart (a quick job prints one line)."""
+
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -35,8 +38,8 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
     """A progress display for ``total`` units of work; yields ``advance(n)``.
 
     On a terminal: a ``rich`` bar (label, bar, done/total, elapsed). Elsewhere: a line
-    ``label: done/total`` at every tenth of ``total`` and after :data:`QUIET_SECONDS` without
-    one, then a last line with the elapsed time.
+    ``label: done/total`` at every tenth of ``total`` (at most one a second) and after
+    :data:`QUIET_SECONDS` without one, then a last line with the elapsed time.
     """
     if console.is_terminal:
         bar = Progress(
@@ -62,7 +65,8 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
         nonlocal done, last
         before, done = done, done + n
         now = time.monotonic()
-        if before // tenth != done // tenth or now - last >= QUIET_SECONDS:
+        crossed = before // tenth != done // tenth and now - last >= MIN_GAP_SECONDS
+        if crossed or now - last >= QUIET_SECONDS:
             last = now
             of = f"/{total}" if total else ""
             console.print(f"  {label}: {done}{of}")
