@@ -213,16 +213,15 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
 def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
-    checked: Annotated[bool, typer.Option(hidden=True)] = False,
+    quiet: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
     """Serve REST (and MCP over streamable HTTP) until interrupted."""
     import uvicorn
 
     from app.api.app import create_app
 
-    if not checked:
-        _check_port(host, port)
-    url = _database() if not checked else database_url()
+    _check_port(host, port)  # quickstart checked it before its set-up: again, in case
+    url = database_url() if quiet else _database()
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
     uvicorn.run(create_app(), host=host, port=port, log_level="info")
@@ -337,7 +336,7 @@ def quickstart(
             f"serving on http://{host}:{port}: REST under /api, MCP at /mcp, OpenAPI at /docs "
             "(Ctrl-C stops)"
         )
-        serve(host=host, port=port, checked=True)
+        serve(host=host, port=port, quiet=True)
 
 
 DEMO_WRITER = ("user_jelle_zijlstra", "TYPING_WRITER_KEY", "proj_typing")
