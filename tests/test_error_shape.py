@@ -126,6 +126,13 @@ async def test_unknown_routes_and_methods_have_the_one_shape(client, method, pat
     assert_error_shape(r.status_code, r.json(), r.text, f"{method} {path}")
 
 
+async def test_an_unknown_route_answers_as_a_hidden_admin_route(client):
+    unknown = await client.get("/api/admin/no_such_route")
+    hidden = await client.get("/api/admin/users")  # no key: the admin routes do not exist
+    assert (unknown.status_code, unknown.json()) == (hidden.status_code, hidden.json())
+    assert unknown.json() == {"detail": "Not found"}
+
+
 async def test_a_422_names_fields_and_reasons_in_one_line(client, owner_key):
     r = await client.post(
         "/api/search/expand",

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
 from app.api.errors import invalid_payload
@@ -24,6 +25,7 @@ from app.api.limits import BodyLimit
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unavailable
 from app.core.settings import Settings, get_settings
+from app.domain.directory import HIDDEN
 from app.domain.session import map_fault
 from app.mcp.http import mount_mcp
 
@@ -73,6 +75,15 @@ def create_app(
         # caller's input is not echoed back (it may be an id, or not even JSON-encodable, e.g.
         # NaN): location, message and type only.
         return invalid_payload(exc.errors())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # An unknown route (404) or method (405): the one body, and a 404 worded exactly as
+        # the admin routes answer a key that may not see them, so the two cannot be told apart.
+        detail = HIDDEN if exc.status_code == 404 else str(exc.detail)
+        return JSONResponse(
+            {"detail": detail}, status_code=exc.status_code, headers=exc.headers or None
+        )
 
     @app.exception_handler(DomainError)
     async def _domain(_: Request, exc: DomainError) -> JSONResponse:
