@@ -124,22 +124,23 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(database_url, pep_corpus):
+def served(database_url, pep_corpus, tmp_path_factory):
     """``sibyl-pg serve`` on a free port over the test database (with the PEP corpus)."""
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url}
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    log = log_path.open("w")
     server = subprocess.Popen(
         [str(SIBYL_PG), "serve", "--port", str(port)],
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert server.poll() is None, f"sibyl-pg serve exited: {server.stderr.read()}"
+            assert server.poll() is None, f"sibyl-pg serve exited: {log_path.read_text()}"
             assert time.monotonic() < deadline, "sibyl-pg serve did not start"
             try:
                 if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
@@ -155,6 +156,7 @@ def served(database_url, pep_corpus):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+        log.close()
 
 
 CURL_SHIM = r"""
