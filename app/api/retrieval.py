@@ -70,7 +70,7 @@ async def pack(body: ContextRequest, request: Request, credentials: Credentials)
     ``limit``; a memory whose complete span set is in the pack is left out; ``markdown`` renders
     the pack within ``markdown_token_budget`` (about 4 characters a token).
 
-    Bounds are clamped: limit 1-50 (default 24), related_limit 0-5 (default 3),
+    Bounds are clamped: limit 1-50 (default 12), related_limit 0-5 (default 3),
     markdown_token_budget 100-32000 (default 4000); ``include_related`` defaults to true. A blank
     goal or a bad project name → 400; a field of the wrong JSON type → 422. A project the key
     cannot read answers exactly like one that does not exist (an empty pack).
