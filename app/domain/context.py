@@ -325,16 +325,26 @@ def render_markdown(
     if not shown:
         return skeleton
     # the largest share of text per item that fits (shares a short text leaves unused go to the
-    # others, since each text takes at most its share)
+    # others, since each text takes at most its share); found on an upper bound of each text's
+    # length, so that the one composition made fits
     low, high = 0, max(len(b.body) for b in shown) + 6
     while low < high:
         mid = (low + high + 1) // 2
-        text = _compose(title, shown, related=with_related, share=mid, omitted=omitted + dropped)
-        if len(text) <= limit:
+        if len(skeleton) + _text_room(shown, mid) <= limit:
             low = mid
         else:
             high = mid - 1
     return _compose(title, shown, related=with_related, share=low, omitted=omitted + dropped)
+
+
+def _text_room(blocks: list[_Block], share: int) -> int:
+    """At most how many characters the texts of ``blocks`` add to :func:`_compose` at
+    ``share``: each is its body, or a cut of at most ``share - 6`` characters plus ``...``,
+    with two spaces of indent and a newline."""
+    budget = share - 6
+    if budget < _MIN_PREVIEW_CHARS:
+        return 0
+    return sum(min(len(b.body), budget + 3) + 3 for b in blocks if b.body)
 
 
 def _related_params(
