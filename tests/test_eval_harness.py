@@ -159,6 +159,7 @@ async def test_the_loop_measures_recall_exposure_and_cost(engine):
     hop = by_id["hop"]
     assert hop.exposed_round is not None  # through the expand round, if search missed it
     assert "dec_old" in hop.touched and "dec_new" in hop.touched
+    assert hop.rank_hop_from is not None and rare.rank_hop_from is None
     for r in results:
         # cost: the returned characters against the whole bodies of the memories touched
         assert r.touched_chars == sum(len(bodies[m]) for m in r.touched)

@@ -90,6 +90,7 @@ class QuestionResult:
     context_chars: int | None = None
     context_ms: float | None = None
     context_exposed: bool | None = None
+    rank_hop_from: int | None = None
 
 
 def answer_rank(result_memories: Sequence[str], answers: Sequence[str]) -> int | None:
@@ -154,7 +155,9 @@ async def run_loop(
         engine, reader, question.question, limit=plan.search_limit, chars=plan.search_chars
     )
     results = found.results
-    rank_written = answer_rank([_memory_of(r) for r in results][:RECALL_DEPTH], question.answers)
+    found_memories = [_memory_of(r) for r in results][:RECALL_DEPTH]
+    rank_written = answer_rank(found_memories, question.answers)
+    rank_hop_from = answer_rank(found_memories, [question.hop_from]) if question.hop_from else None
     for r in results:
         texts += [r.name, r.content]
         touch(_memory_of(r))
@@ -236,6 +239,7 @@ async def run_loop(
         answer_chars=len(bodies.get(question.answers[0], "")),
         touched=touched,
         search_ms=round(search_ms, 2),
+        rank_hop_from=rank_hop_from,
     )
 
 
@@ -317,6 +321,7 @@ def summarize(results: Sequence[QuestionResult]) -> dict[str, Any]:
         "recall_at_1_keywords": round(recall_at(kw, 1), 4),
         "recall_at_5_keywords": round(recall_at(kw, 5), 4),
         "hop_recall_at_5_written": round(recall_at([r.rank_written for r in hops], 5), 4),
+        "hop_from_recall_at_5_written": round(recall_at([r.rank_hop_from for r in hops], 5), 4),
         "exposure": share(len(exposed)),
         "exposure_by_round": {
             str(n): share(sum(1 for r in results if r.exposed_round and r.exposed_round <= n))

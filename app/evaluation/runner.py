@@ -210,6 +210,7 @@ def render(report: dict[str, Any], console: Console) -> None:
         ("search recall@1, keywords", lambda s: _pct(s["recall_at_1_keywords"])),
         ("search recall@5, keywords", lambda s: _pct(s["recall_at_5_keywords"])),
         ("hop questions recall@5, as written", lambda s: _pct(s["hop_recall_at_5_written"])),
+        ("  their named PEP in the top 5", lambda s: _pct(s["hop_from_recall_at_5_written"])),
         ("loop exposure (after round 1/2/3)", _rounds),
         ("hop questions exposure", lambda s: _pct(s["hop_exposure"])),
         ("loop chars returned, mean", lambda s: f"{s['returned_chars_mean']:,}"),
