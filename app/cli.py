@@ -256,7 +256,9 @@ def eval_(
     questions: Annotated[
         list[Path] | None,
         typer.Option(
-            "--questions", help="A question set (JSON Lines; repeatable; default: eval/*.jsonl)"
+            "--questions",
+            help="A question set (JSON Lines; repeatable; default: eval/questions.jsonl and "
+            "eval/heldout.jsonl)",
         ),
     ] = None,
     json_out: Annotated[

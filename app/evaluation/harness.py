@@ -71,6 +71,12 @@ class LoopPlan:
     slice_window: int = 3
     slice_chars: int = 3000
 
+    def __post_init__(self) -> None:
+        if self.search_limit < RECALL_DEPTH:
+            raise ValueError(
+                f"search_limit must be at least {RECALL_DEPTH} (recall@5 reads round 1)"
+            )
+
 
 @dataclass
 class QuestionResult:
