@@ -607,7 +607,6 @@ async def context_pack(
         keep = (1 if pick.in_note_lane else 0, -n)
         placed.append(_Placed(facet, item, keep, related=related.get(hit.id, [])))
 
-    _trim_overlaps(texts, hits, [p.ranked.id for p in picks])
     eligible = {r.id for r in ranked} - left_out
     filters: dict[str, Any] = {
         "project": project,
@@ -644,6 +643,7 @@ async def context_pack(
 
     base_chars = len(response([], "").model_dump_json())
     kept, emptied = fit(placed, base_chars=base_chars, max_chars=max_chars)
+    _trim_overlaps(texts, hits, [p.item.id for p in kept])
     filters["left_out_for_budget"] = len(placed) - len(kept)
     filters["related_left_out_for_budget"] = emptied
     draft = response(kept, "")
