@@ -93,7 +93,6 @@ DONE_STATUSES = frozenset(
 NOTE_TYPE = "note"
 ALL_WORDS = "all_words"
 ANY_WORD = "any_word"
-LANES = (ALL_WORDS, ANY_WORD, EXACT)
 # Related memories of a memory item: every relationship of §4 but the span links (a memory's own
 # spans are one `fetch_slice` away, and would crowd out its real neighbors).
 MEMORY_RELATED_RELATIONSHIPS = sorted(set(policy.RELATIONSHIPS) - {"PART_OF", "DERIVED_FROM"})
