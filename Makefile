@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run serve test lint typecheck check bench bench-load clean
+.PHONY: help install run serve test lint typecheck check bench bench-load eval clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
@@ -36,8 +36,8 @@ test: install ## Run the whole test suite against a real PostgreSQL (fresh datab
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install ## ruff (lint + format check)
-	$(BIN)/ruff check app tests migrations
-	$(BIN)/ruff format --check app tests migrations
+	$(BIN)/ruff check app tests migrations eval
+	$(BIN)/ruff format --check app tests migrations eval
 
 typecheck: install ## mypy
 	$(BIN)/mypy app
@@ -55,6 +55,11 @@ bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md) then the 60 s load te
 
 bench-load: install ## 32 clients mixing reads and writes for 60 s against `serve` (docs/security.md)
 	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
+
+EVAL_ARGS ?=
+
+eval: install ## The evaluation (docs/eval.md) on a fresh PEP import; EVAL_ARGS=--keep/--reuse/--json F
+	$(BIN)/sibyl-pg eval $(EVAL_ARGS)
 
 clean: ## Remove the virtualenv and caches (keeps .data)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -290,6 +290,63 @@ def _database() -> str:
     return database_url(settings)
 
 
+@cli.command("eval")
+def eval_(
+    directory: Annotated[
+        Path | None, typer.Option("--peps", help="The PEP corpus (default: SIBYL_PEPS_DIR)")
+    ] = None,
+    questions: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--questions",
+            help="A question set (JSON Lines; repeatable; default: eval/questions.jsonl and "
+            "eval/heldout.jsonl)",
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the whole report (JSON) here")
+    ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the sibyl_eval database afterwards")
+    ] = False,
+    reuse: Annotated[
+        bool, typer.Option("--reuse", help="Reuse sibyl_eval when it holds the corpus")
+    ] = False,
+    no_context: Annotated[
+        bool, typer.Option("--no-context", help="Skip the context packs")
+    ] = False,
+) -> None:
+    """Run the evaluation (docs/eval.md): the question sets against a freshly imported PEP
+    corpus in its own database, as user_org_admin; print recall, loop exposure and cost."""
+    from rich.console import Console
+
+    from app.evaluation import runner
+
+    folder = directory or get_settings().peps_dir
+    if not folder.is_dir():
+        raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass --peps)")
+    paths = [(p.stem, p) for p in questions] if questions else None
+    console = Console(stderr=True)
+    try:
+        sets = runner.default_sets(paths)
+        report = asyncio.run(
+            runner.run_eval(
+                peps_dir=folder,
+                sets=sets,
+                keep=keep,
+                reuse=reuse,
+                with_context=not no_context,
+                progress=console,
+            )
+        )
+    except ValueError as exc:
+        raise _err(str(exc)) from None
+    runner.render(report, Console(width=max(Console().width, 100)))
+    if json_out is not None:
+        runner.write_json(report, json_out)
+        typer.echo(f"report written to {json_out}", err=True)
+
+
 @cli.command()
 def quickstart(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",

@@ -334,3 +334,126 @@ async def test_the_context_tool_returns_what_rest_returns(engine, client):
         result = await mcp.call_tool("context", body)
     assert not result.is_error
     assert result.structured_content == await _pack(client, keys["bob"], **body)
+
+
+# --- lean responses: the whole pack within the budget, no body twice (issue 12) ----------------
+
+
+def _long_world(org: str, sfx: str, n: int = 40) -> list[dict]:
+    """``n`` long memories about kestrels (each cut into passages), each with a sentence of its
+    own deep in its body, linked by edges and mentions of several kinds."""
+    records = _base(org, sfx)
+    rels = ["DEPENDS_ON", "SUPERSEDES", "BLOCKS", "REFERENCES", "ABOUT", "CUSTOM_LINK"]
+    for i in range(n):
+        sections = "\n\n".join(
+            f"## Part {k}\n\nKestrel field note {i}.{k}: " + "hovering over the verge " * 40
+            for k in range(5)
+        )
+        opening = f"Kestrel survey {i}. " + "A kestrel hovers into the wind. " * 5
+        body = opening + f"Marker sentence unique{i:03d} of memory {i}.\n\n" + sections
+        body += f" See [[mem_{(i + 7) % n:03d}]]."
+        type_ = ("decision", "note", "document", "task")[i % 4]
+        records.append(_ent(org, sfx, f"mem_{i:03d}", type_, f"Kestrel memory {i}", body))
+    for i in range(n):
+        for k in (1, 3):
+            records.append(
+                {
+                    "kind": "edge",
+                    "org": org,
+                    "src": f"mem_{i:03d}",
+                    "dst": f"mem_{(i + k) % n:03d}",
+                    "relationship": rels[(i + k) % len(rels)],
+                }
+            )
+    return records
+
+
+async def _long_key(engine) -> str:
+    org, sfx = "org_long_" + secrets.token_hex(4), secrets.token_hex(3)
+    await import_dicts(engine, _long_world(org, sfx))
+    return await make_key(engine, f"user_ann_{sfx}")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"limit": 50, "related_limit": 5},
+        {"markdown_token_budget": 1000},
+        {"markdown_token_budget": 12000, "limit": 50},
+    ],
+    ids=["default", "widest", "small-budget", "large-budget"],
+)
+async def test_the_whole_response_stays_within_the_budget(engine, client, body):
+    key = await _long_key(engine)
+    r = await client.post(
+        "/api/context/pack",
+        json={"goal": "kestrel hovering field note", **body},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 200, r.text
+    pack = r.json()
+    budget = pack["filters"]["markdown_token_budget"]
+    bound = budget * policy.CHARS_PER_TOKEN * policy.CONTEXT_RESPONSE_FACTOR
+    assert pack["filters"]["response_max_chars"] == bound
+    assert len(r.text) <= bound, (len(r.text), bound)
+    assert len(pack["markdown"]) <= budget * policy.CHARS_PER_TOKEN
+    items = _items(pack)
+    assert items and pack["total_items"] == len(items)
+    # the Markdown carries the text: it holds every item, and the larger part of the response
+    assert all(f"`{i['id']}`" in pack["markdown"] for i in items)
+    assert len(pack["markdown"]) >= len(r.text) // 4
+    if pack["filters"]["left_out_for_budget"]:
+        assert pack["truncated"] is True
+        assert "left out to fit the token budget" in pack["markdown"]
+
+
+async def test_no_body_appears_twice(engine, client):
+    key = await _long_key(engine)
+    r = await client.post(
+        "/api/context/pack",
+        json={"goal": "kestrel survey marker sentence", "limit": 20},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    pack = r.json()
+    items = _items(pack)
+    assert len(items) >= 5
+    for item in items:
+        # sections carry ids, scores, reasons, short previews; related entries carry no text
+        assert len(item["preview"]) <= policy.CONTEXT_PREVIEW_CHARS + 3
+        assert item["reason"] and isinstance(item["score"], float)
+        assert all("content" not in n for n in item["related"])
+    # each memory's own sentence, past the previews, is in the response at most once (the
+    # Markdown), and is there for the best items
+    shown = 0
+    for i in range(40):
+        count = r.text.count(f"unique{i:03d} of memory")
+        assert count <= 1, i
+        shown += count
+    assert shown >= 3
+
+
+async def test_related_items_are_the_depth_one_walk_of_each_item(engine, client):
+    key = await _long_key(engine)
+    headers = {"Authorization": f"Bearer {key}"}
+    pack = await _pack(client, key, goal="kestrel hovering", limit=20, related_limit=4)
+    items = _items(pack)
+    assert any(i["parent_entity_id"] for i in items) and any(i["related"] for i in items)
+    for item in items:
+        is_passage = item["parent_entity_id"] is not None
+        body = {"entity_ids": [item["id"]], "depth": 1, "limit": 4, "content_max_chars": 0}
+        if not is_passage:  # every §4 relationship but the span links
+            body["relationship_types"] = sorted(
+                set(policy.RELATIONSHIPS) - {"PART_OF", "DERIVED_FROM"}
+            )
+        r = await client.post("/api/search/expand", json=body, headers=headers)
+        want = [
+            (n["id"], n["relationship"], n["direction"], n["score"]) for n in r.json()["neighbors"]
+        ]
+        got = [(n["id"], n["relationship"], n["direction"], n["score"]) for n in item["related"]]
+        if got != want:  # only the budget may have emptied a lower-ranked item's list
+            assert got == [] and pack["filters"]["related_left_out_for_budget"] > 0, item["id"]
+        if is_passage:
+            assert [n["id"] for n in item["related"]] in ([item["parent_entity_id"]], [])
+        else:  # a memory's own spans are never its related items
+            assert all(n["type"] != "passage" for n in item["related"])

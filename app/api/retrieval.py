@@ -64,13 +64,15 @@ async def pack(body: ContextRequest, request: Request, credentials: Credentials)
     """``context``: a pack of what the memory holds about ``goal`` (contract §8).
 
     Items by facet (``decisions``, ``active_work`` = tasks not done, ``artifacts`` = artifacts
-    and documents, ``notes``, ``other``), each with a preview, its fused ``score``, the
-    ``reason`` it was chosen and up to ``related_limit`` one-hop ``related`` memories (the
-    ``expand_neighbors`` walk); a reserved lane of exactly 3 note slots that never grows with
-    ``limit``; a memory whose complete span set is in the pack is left out; ``markdown`` renders
-    the pack within ``markdown_token_budget`` (about 4 characters a token).
+    and documents, ``notes``, ``other``), each with a short preview, its fused ``score``, the
+    ``reason`` it was chosen and up to ``related_limit`` one-hop ``related`` memories (ids and
+    hops, as the ``expand_neighbors`` walk finds them); a reserved lane of exactly 3 note slots
+    that never grows with ``limit``; a memory whose complete span set is in the pack is left
+    out; ``markdown`` carries the items' text within ``markdown_token_budget`` (about 4
+    characters a token). The whole response stays within about 1.25 × budget × 4 characters:
+    items that would not fit are left out (``filters.left_out_for_budget``).
 
-    Bounds are clamped: limit 1-50 (default 24), related_limit 0-5 (default 3),
+    Bounds are clamped: limit 1-50 (default 12), related_limit 0-5 (default 3),
     markdown_token_budget 100-32000 (default 4000); ``include_related`` defaults to true. A blank
     goal or a bad project name → 400; a field of the wrong JSON type → 422. A project the key
     cannot read answers exactly like one that does not exist (an empty pack).

@@ -9,7 +9,7 @@ How a pack is composed:
    name). Same read rule, same lifecycle default (active and superseded, retired never), same
    bounded cost; no folding (the pack handles a memory's spans itself). When a lane hit its cap,
    the notes are ranked again on their own, so the note lane never misses a note because other
-   types filled the cap. Each item's ``metadata.match`` gives its lane ranks.
+   types filled the cap. Each item's ``reason`` gives its lane ranks.
 2. **Selection** (:func:`select`), at most ``limit`` items, at most
    :data:`~app.domain.policy.CONTEXT_PER_MEMORY` (3) of them from one memory (itself and its
    passages; three adjacent spans are the measured answer exposure of a whole memory):
@@ -22,15 +22,25 @@ How a pack is composed:
 3. **Covered parents.** When the pack holds the complete span set of a memory cut losslessly
    into prose (or declared) spans, the memory itself is left out (its text is all there) and its
    slot goes to the next candidate.
-4. **Related.** Each item gets up to ``related_limit`` one-hop neighbors from
-   :func:`app.domain.expand.expand_neighbors`, the very walk (and read rule) of that verb; a
-   memory's over every §4 relationship but the span links (its own spans are one
-   ``fetch_slice`` away and would crowd out its neighbors), a passage's over all of them.
-   Cost: one walk per item (about 24 short index-only walks at the default limit).
+4. **Related.** Each item gets up to ``related_limit`` one-hop neighbors, all items at once in
+   one statement (:mod:`app.repo.related`): the hops, read rule, weights and order of a depth-1
+   :func:`app.domain.expand.expand_neighbors` walk from that item alone; a memory's over every
+   §4 relationship but the span links (its own spans are one ``fetch_slice`` away and would
+   crowd out its neighbors), a passage's to its parent. A related entry names the neighbor and
+   the hop, and carries no text.
 5. **Facets**, by the memory's type (a passage: its parent's): ``decisions`` (decision),
    ``active_work`` (task whose ``metadata.status`` is not a done status, and not superseded),
    ``artifacts`` (artifact, document), ``notes`` (note), ``other`` (everything else).
-6. **Markdown** (:func:`render_markdown`) within ``markdown_token_budget`` × 4 characters.
+6. **Size** (:func:`fit`). The whole response stays within ``markdown_token_budget`` × 4 × 1.25
+   characters of JSON, and no body appears twice: the sections carry ids, scores, reasons,
+   previews of at most :data:`~app.domain.policy.CONTEXT_PREVIEW_CHARS` characters and the
+   related entries; the Markdown carries the text. Items are taken reserved notes first, then
+   by rank, while each leaves room for its Markdown heading and a line (80 characters) of text; the
+   rest are left out (``filters.left_out_for_budget``, ``truncated``). Related lists are then
+   given, in the same order, while the sections stay within half of the bound
+   (``filters.related_left_out_for_budget`` counts the items whose list did not fit).
+7. **Markdown** (:func:`render_markdown`): the text of the items, within ``markdown_token_budget``
+   × 4 characters and what the sections leave of the response bound.
 
 A named project the reader cannot read answers exactly as a project that does not exist: an
 empty pack (the project is echoed as sent, in both cases).
@@ -40,7 +50,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,16 +58,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.settings import Settings, get_settings
 from app.domain import policy
-from app.domain.expand import expand_neighbors
-from app.domain.preview import preview
+from app.domain.preview import preview, preview_prefix
 from app.domain.reader import Reader
 from app.domain.schemas import (
     ContextItem,
     ContextRequest,
     ContextResponse,
     ContextSections,
-    ExpandRequest,
-    Neighbor,
+    RelatedItem,
 )
 from app.domain.search import (
     EXACT,
@@ -65,10 +73,10 @@ from app.domain.search import (
     find_candidates,
     fuse,
     hit_fields,
-    match_metadata,
     normalize_query,
 )
 from app.domain.validation import normalize_project
+from app.repo import related as related_repo
 from app.repo import search as search_repo
 
 FACETS = ("decisions", "active_work", "artifacts", "notes", "other")
@@ -85,7 +93,6 @@ DONE_STATUSES = frozenset(
 NOTE_TYPE = "note"
 ALL_WORDS = "all_words"
 ANY_WORD = "any_word"
-LANES = (ALL_WORDS, ANY_WORD, EXACT)
 # Related memories of a memory item: every relationship of §4 but the span links (a memory's own
 # spans are one `fetch_slice` away, and would crowd out its real neighbors).
 MEMORY_RELATED_RELATIONSHIPS = sorted(set(policy.RELATIONSHIPS) - {"PART_OF", "DERIVED_FROM"})
@@ -94,6 +101,9 @@ _GOAL_TITLE_CHARS = 200
 _NAME_CHARS = 160
 _RELATED_NAME_CHARS = 80
 _MIN_PREVIEW_CHARS = 24
+_MIN_TEXT_CHARS = 80  # the least text (a line) an item of the pack gets room for in Markdown
+_OVERLAP_PROBE_CHARS = 60  # how much of a passage's opening finds it in its parent's text
+_MARKDOWN_FRAME_CHARS = 200  # the Markdown's title, facet headings and closing line, about
 
 
 def goal_words(goal: str) -> str:
@@ -197,12 +207,13 @@ def _reason(pick: Pick, covered: set[str], parent_id: str | None) -> str:
     parts: list[str] = []
     if pick.in_note_lane:
         parts.append(f"reserved note lane ({policy.NOTE_LANE} slots)")
-    if ALL_WORDS in lanes:
-        parts.append(f"holds all the goal's words (rank {lanes[ALL_WORDS]})")
-    if ANY_WORD in lanes:
-        parts.append(f"holds some of the goal's words (rank {lanes[ANY_WORD]})")
-    if EXACT in lanes:
-        parts.append(f"its id or name matches the goal (rank {lanes[EXACT]})")
+    ranks = [
+        f"{label} #{lanes[lane]}"
+        for lane, label in ((ALL_WORDS, "all words"), (ANY_WORD, "any word"), (EXACT, "id/name"))
+        if lane in lanes
+    ]
+    if ranks:
+        parts.append("matches the goal: " + ", ".join(ranks))
     if parent_id is not None and parent_id in covered:
         parts.append(f"with the pack's other spans it covers {parent_id}, left out")
     return "; ".join(parts)
@@ -218,7 +229,7 @@ def _cut(text: str, chars: int) -> str:
 
 @dataclass(frozen=True)
 class _Block:
-    """One item's Markdown: its head line, preview text, related line; and how much it is worth
+    """One item's Markdown: its head line, text, related line; and how much it is worth
     keeping (``keep``: reserved notes above the rest, then by rank; lowest is dropped first)."""
 
     facet: str
@@ -247,16 +258,28 @@ def _compose(title: str, blocks: list[_Block], *, related: bool, share: int, omi
     return "".join(out)
 
 
-def render_markdown(goal: str, sections: ContextSections, *, budget_tokens: int) -> str:
-    """The pack as Markdown of at most ``budget_tokens × 4`` characters.
+def render_markdown(
+    goal: str,
+    sections: ContextSections,
+    *,
+    budget_tokens: int,
+    texts: Mapping[str, str] | None = None,
+    max_chars: int | None = None,
+    omitted: int = 0,
+) -> str:
+    """The pack as Markdown of at most ``min(budget_tokens × 4, max_chars)`` characters.
 
     A title, then one ``##`` section per non-empty facet (in facet order) with one bullet per item
-    (name, id, type, lifecycle when not active), its preview, and its related memories. To fit
-    the budget: the previews share what the headings leave; if the headings alone do not fit,
-    the related lines go, then the lowest-ranked items (reserved notes last), and a closing line
-    says how many were left out.
+    (name, id, type, lifecycle when not active), its text (``texts[item.id]``, else its preview),
+    and its related memories. To fit: the texts share what the headings leave (a short text
+    leaves its unused share to the others); if the headings alone do not fit, the related lines
+    go, then the lowest-ranked items (reserved notes last). A closing line says how many items
+    were left out, ``omitted`` (left out of the pack before) included.
     """
-    max_chars = budget_tokens * policy.CHARS_PER_TOKEN
+    limit = budget_tokens * policy.CHARS_PER_TOKEN
+    if max_chars is not None:
+        limit = max(0, min(limit, max_chars))
+    texts = texts or {}
     title = f"# Context: {_cut(goal, _GOAL_TITLE_CHARS)}\n"
     items: list[ContextItem] = [i for facet in FACETS for i in getattr(sections, facet)]
     rank = {i.id: n for n, i in enumerate(sorted(items, key=lambda i: (-i.score, i.id)))}
@@ -277,62 +300,181 @@ def render_markdown(goal: str, sections: ContextSections, *, budget_tokens: int)
                 _Block(
                     facet=facet,
                     head=head,
-                    body=_one_line(item.preview),
+                    body=_one_line(texts.get(item.id, item.preview)),
                     related=related,
                     keep=(lane, -rank[item.id]),
                 )
             )
     drop_order = sorted(blocks, key=lambda b: b.keep)
     shown = list(blocks)
-    omitted = 0
+    dropped = 0
     with_related = True
     while True:
-        skeleton = _compose(title, shown, related=with_related, share=0, omitted=omitted)
-        if len(skeleton) <= max_chars:
+        skeleton = _compose(title, shown, related=with_related, share=0, omitted=omitted + dropped)
+        if len(skeleton) <= limit:
             break
         if with_related and any(b.related for b in shown):
             with_related = False
             continue
         if not shown:
-            return _cut(title, max(max_chars - 3, 0))
-        drop = drop_order[omitted]
+            return _cut(title, max(limit - 3, 0))
+        drop = drop_order[dropped]
         shown = [b for b in shown if b is not drop]
-        omitted += 1
+        dropped += 1
     if not shown:
         return skeleton
-    share = (max_chars - len(skeleton)) // len(shown)
-    text = _compose(title, shown, related=with_related, share=share, omitted=omitted)
-    while len(text) > max_chars and share > 0:  # pragma: no cover - the share is a lower bound
-        share -= 1
-        text = _compose(title, shown, related=with_related, share=share, omitted=omitted)
-    return text
+    # the largest share of text per item that fits (shares a short text leaves unused go to the
+    # others, since each text takes at most its share); found on an upper bound of each text's
+    # length, so that the one composition made fits
+    low, high = 0, max(len(b.body) for b in shown) + 6
+    while low < high:
+        mid = (low + high + 1) // 2
+        if len(skeleton) + _text_room(shown, mid) <= limit:
+            low = mid
+        else:
+            high = mid - 1
+    return _compose(title, shown, related=with_related, share=low, omitted=omitted + dropped)
+
+
+def _text_room(blocks: list[_Block], share: int) -> int:
+    """At most how many characters the texts of ``blocks`` add to :func:`_compose` at
+    ``share``: each is its body, or a cut of at most ``share - 6`` characters plus ``...``,
+    with two spaces of indent and a newline."""
+    budget = share - 6
+    if budget < _MIN_PREVIEW_CHARS:
+        return 0
+    return sum(min(len(b.body), budget + 3) + 3 for b in blocks if b.body)
+
+
+def _related_params(
+    reader: Reader, *, item_ids: list[str], limit: int, project: str | None, settings: Settings
+) -> dict[str, object]:
+    """The bound parameters of :data:`app.repo.related.RELATED_SQL` for a pack's items."""
+    rules = policy.hop_rules(MEMORY_RELATED_RELATIONSHIPS)
+    rels, weights = policy.weight_arrays()
+    return {
+        **reader.params(),
+        "item_ids": item_ids,
+        "related_limit": limit,
+        "project": project,
+        "rel_filter": rules.rel_filter,
+        "out_denied": rules.out_denied,
+        "in_denied": rules.in_denied,
+        "pol_rels": rels,
+        "pol_weights": weights,
+        "default_weight": policy.UNKNOWN_WEIGHT,
+        "hop_cap": settings.walk_hop_cap,
+    }
 
 
 async def _related(
     conn: AsyncConnection,
     reader: Reader,
-    hit: search_repo.Hit,
+    item_ids: list[str],
     *,
     limit: int,
     project: str | None,
     settings: Settings,
-) -> list[Neighbor]:
-    """One hop of ``expand_neighbors`` from ``hit``: a memory's neighbors but its own spans; a
-    passage's neighbors (its parent first among them)."""
-    response = await expand_neighbors(
+) -> dict[str, list[RelatedItem]]:
+    """Up to ``limit`` related memories of every item of ``item_ids`` (step 4 of the module
+    docstring), in one statement; by item id, best first (items without any are absent)."""
+    if not item_ids or limit <= 0:
+        return {}
+    rows = await related_repo.related(
         conn,
-        reader,
-        ExpandRequest(
-            entity_ids=[hit.id],
-            relationship_types=None if hit.parent_id else MEMORY_RELATED_RELATIONSHIPS,
-            depth=1,
-            limit=limit,
-            content_max_chars=policy.RELATED_PREVIEW_CHARS,
-            project=project,
+        params=_related_params(
+            reader, item_ids=item_ids, limit=limit, project=project, settings=settings
         ),
-        settings=settings,
     )
-    return response.neighbors
+    return {
+        item: [
+            RelatedItem(
+                id=r.id,
+                type=r.type,
+                name=_cut(r.name, _RELATED_NAME_CHARS),
+                relationship=r.relationship,
+                direction="outgoing" if r.outgoing else "incoming",
+                distance=1,
+                score=round(policy.score(r.relationship, 1), 6),
+                lifecycle=r.lifecycle,
+            )
+            for r in found
+        ]
+        for item, found in rows.items()
+    }
+
+
+def _trim_overlaps(
+    texts: dict[str, str], hits: Mapping[str, search_repo.Hit], ids: list[str]
+) -> None:
+    """No text twice: a memory's text (its body's opening) stops where the first of its passages
+    that is also in the pack begins (a passage is an exact slice of its parent's body)."""
+    for pid in ids:
+        hit = hits.get(pid)
+        if hit is None or hit.parent_id is None or hit.parent_id not in texts:
+            continue
+        head = texts.get(pid, "")[:_OVERLAP_PROBE_CHARS]
+        at = texts[hit.parent_id].find(head) if head else -1
+        if at >= 0:
+            texts[hit.parent_id] = texts[hit.parent_id][:at].rstrip()
+
+
+@dataclass
+class _Placed:
+    """An item of the pack being sized: its facet, how much it is worth keeping (higher: kept
+    first), its related list, and its JSON size as the sections would carry it now."""
+
+    facet: str
+    item: ContextItem
+    keep: tuple[int, int]
+    related: list[RelatedItem]
+    chars: int = 0
+
+    def carry_related(self, on: bool) -> None:
+        """Give the item its related list (or none), and measure it again."""
+        self.item.related = self.related if on else []
+        self.chars = len(self.item.model_dump_json()) + 1  # and its comma
+
+    @property
+    def markdown_floor(self) -> int:
+        """The least Markdown the item needs: its heading and a little text."""
+        return len(self.item.name[:_NAME_CHARS]) + len(self.item.id) + 24 + _MIN_TEXT_CHARS
+
+
+def fit(placed: list[_Placed], *, base_chars: int, max_chars: int) -> tuple[list[_Placed], int]:
+    """Choose what of the pack the response carries (step 6 of the module docstring).
+
+    ``base_chars``: the response without sections and Markdown. Items are taken most worth
+    keeping first (reserved notes, then by rank) while each still leaves room in ``max_chars``
+    for its Markdown floor; the rest are left out. Then related lists are given, in the same
+    order, to each item whose list keeps the sections within half of ``max_chars`` (the
+    Markdown keeps the other half). Returns the items kept (in their order) and how many kept
+    items lost their related list to the budget.
+    """
+    order = sorted(placed, key=lambda p: p.keep, reverse=True)
+    for p in placed:
+        p.carry_related(False)
+    total = base_chars + _MARKDOWN_FRAME_CHARS
+    chosen: set[int] = set()
+    for p in order:
+        if total + p.chars + p.markdown_floor > max_chars:
+            break
+        total += p.chars + p.markdown_floor
+        chosen.add(id(p))
+    kept = [p for p in placed if id(p) in chosen]
+    sections = base_chars + sum(p.chars for p in kept)
+    emptied = 0
+    for p in order:
+        if id(p) not in chosen or not p.related:
+            continue
+        before = p.chars
+        p.carry_related(True)
+        if sections + p.chars - before <= max_chars // 2:
+            sections += p.chars - before
+        else:
+            p.carry_related(False)
+            emptied += 1
+    return kept, emptied
 
 
 async def _ranked(
@@ -373,7 +515,7 @@ async def context_pack(
 ) -> ContextResponse:
     """Compose the pack of ``request.goal`` as ``reader`` may see it (see the module docstring).
 
-    Bounds are clamped and echoed: limit 1..50 (default 24), related_limit 0..5 (default 3),
+    Bounds are clamped and echoed: limit 1..50 (default 12), related_limit 0..5 (default 3),
     markdown_token_budget 100..32000 (default 4000; ``markdown`` holds at most 4 characters per
     token); the note lane is 3 slots whatever ``limit`` is. ``total_items`` counts the items of
     all sections; ``truncated`` says more matching memories existed. Raises ``BadRequest``
@@ -386,6 +528,7 @@ async def context_pack(
     include_related = True if request.include_related is None else request.include_related
     related_limit = policy.RELATED_LIMIT.clamp(request.related_limit)
     budget = policy.MARKDOWN_TOKENS.clamp(request.markdown_token_budget)
+    max_chars = int(budget * policy.CHARS_PER_TOKEN * policy.CONTEXT_RESPONSE_FACTOR)
     lifecycles = list(policy.SEARCH_LIFECYCLES)
     cap = s.search_candidate_cap
 
@@ -409,7 +552,7 @@ async def context_pack(
                 conn,
                 reader_params=reader.params(),
                 ids=missing,
-                preview_chars=policy.CONTEXT_PREVIEW_CHARS,
+                preview_chars=policy.CONTEXT_TEXT_CHARS,
             )
         )
         newly = covered_parents(picks, hits) - left_out
@@ -417,20 +560,33 @@ async def context_pack(
             break
         left_out |= newly
 
-    sections: dict[str, list[ContextItem]] = {facet: [] for facet in FACETS}
-    for pick in picks:
+    related: dict[str, list[RelatedItem]] = {}
+    if include_related and related_limit > 0:
+        related = await _related(
+            conn,
+            reader,
+            [p.ranked.id for p in picks if p.ranked.id in hits],
+            limit=related_limit,
+            project=project,
+            settings=s,
+        )
+
+    placed: list[_Placed] = []
+    texts: dict[str, str] = {}
+    for n, pick in enumerate(picks):
         hit = hits.get(pick.ranked.id)
         if hit is None:  # pragma: no cover - one snapshot: a candidate's row is still there
             continue
         fields = hit_fields(hit, policy.CONTEXT_PREVIEW_CHARS)
-        fields["metadata"]["match"] = match_metadata(pick.ranked, LANES)
+        metadata: dict[str, Any] = {}
+        if hit.parent_id is not None:
+            metadata["breadcrumb"] = hit.breadcrumb
+            metadata["passage_total"] = hit.passage_total
         if pick.in_note_lane:
-            fields["metadata"]["note_lane"] = True
-        related: list[Neighbor] = []
-        if include_related and related_limit > 0:
-            related = await _related(
-                conn, reader, hit, limit=related_limit, project=project, settings=s
-            )
+            metadata["note_lane"] = True
+        texts[hit.id] = preview_prefix(
+            hit.content_prefix, hit.content_length, policy.CONTEXT_TEXT_CHARS
+        )[0]
         item = ContextItem(
             id=fields["id"],
             type=fields["type"],
@@ -440,39 +596,71 @@ async def context_pack(
             reason=_reason(pick, left_out, hit.parent_id),
             project_id=fields["project_id"],
             lifecycle=fields["lifecycle"],
-            metadata=fields["metadata"],
+            metadata=metadata,
             passage_index=fields["passage_index"],
             parent_entity_id=fields["parent_entity_id"],
             widen_with=fields["widen_with"],
-            related=related,
+            related=[],
         )
-        sections[facet_of(hit.memory_type, hit.lifecycle, hit.metadata)].append(item)
+        facet = facet_of(hit.memory_type, hit.lifecycle, hit.metadata)
+        keep = (1 if pick.in_note_lane else 0, -n)
+        placed.append(_Placed(facet, item, keep, related=related.get(hit.id, [])))
 
-    packed = ContextSections(**sections)
-    total = sum(len(v) for v in sections.values())
     eligible = {r.id for r in ranked} - left_out
-    markdown = render_markdown(goal, packed, budget_tokens=budget)
     filters: dict[str, Any] = {
         "project": project,
         "limit": limit,
         "include_related": include_related,
         "related_limit": related_limit,
         "markdown_token_budget": budget,
+        "response_max_chars": max_chars,
         "lifecycle": lifecycles,
         "note_lane": policy.NOTE_LANE,
         "per_memory": policy.CONTEXT_PER_MEMORY,
         "candidate_cap": cap,
         "candidates_capped": capped,
         "left_out_parents": sorted(left_out),
+        "left_out_for_budget": len(placed),  # the widest value it can take, for sizing
+        "related_left_out_for_budget": len(placed),
         "round_budget": policy.ROUND_BUDGET,
     }
-    return ContextResponse(
-        goal=goal,
-        sections=packed,
-        total_items=total,
-        limit=limit,
-        truncated=len(eligible) > total,
-        markdown=markdown,
-        markdown_tokens=math.ceil(len(markdown) / policy.CHARS_PER_TOKEN),
-        filters=filters,
-    )
+
+    def response(kept: list[_Placed], markdown: str) -> ContextResponse:
+        sections = ContextSections(
+            **{facet: [p.item for p in kept if p.facet == facet] for facet in FACETS}
+        )
+        return ContextResponse(
+            goal=goal,
+            sections=sections,
+            total_items=len(kept),
+            limit=limit,
+            truncated=len(eligible) > len(kept),
+            markdown=markdown,
+            markdown_tokens=math.ceil(len(markdown) / policy.CHARS_PER_TOKEN),
+            filters=filters,
+        )
+
+    base_chars = len(response([], "").model_dump_json())
+    kept, emptied = fit(placed, base_chars=base_chars, max_chars=max_chars)
+    _trim_overlaps(texts, hits, [p.item.id for p in kept])
+    filters["left_out_for_budget"] = len(placed) - len(kept)
+    filters["related_left_out_for_budget"] = emptied
+    draft = response(kept, "")
+    # the Markdown keeps at least its title and closing line, even where the echoed filters
+    # alone nearly fill a tiny budget's bound (the bound is "about" there)
+    floor = len(_cut(goal, _GOAL_TITLE_CHARS)) + 90
+    room = max(max_chars - len(draft.model_dump_json()), floor)
+    while True:
+        markdown = render_markdown(
+            goal,
+            draft.sections,
+            budget_tokens=budget,
+            texts=texts,
+            max_chars=room,
+            omitted=len(placed) - len(kept),
+        )
+        pack = response(kept, markdown)
+        over = len(pack.model_dump_json()) - max_chars
+        if over <= 0 or room <= floor:
+            return pack
+        room = max(room - over, floor)  # JSON escapes made the Markdown longer

@@ -52,14 +52,15 @@ RRF_K = 60
 SEARCH_SCAN_FACTOR = 20  # a full-text lane reads at most 20 × its candidate cap matches per table
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
-CONTEXT_LIMIT = Bound(1, 50, 24)
+CONTEXT_LIMIT = Bound(1, 50, 12)  # 24 before issue 12: 24 items left ~300 characters of text each
 RELATED_LIMIT = Bound(0, 5, 3)
 MARKDOWN_TOKENS = Bound(100, 32_000, 4000)
 CHARS_PER_TOKEN = 4
 NOTE_LANE = 3  # (anchor) reserved note slots of a context pack; never scales with `limit`
 CONTEXT_PER_MEMORY = 3  # items one memory (itself + its spans) may hold in a pack
-CONTEXT_PREVIEW_CHARS = 500
-RELATED_PREVIEW_CHARS = 160
+CONTEXT_PREVIEW_CHARS = 100  # an item's preview in the sections (its text is in the Markdown)
+CONTEXT_TEXT_CHARS = 2000  # the most text of one item the pack's Markdown shows
+CONTEXT_RESPONSE_FACTOR = 1.25  # the whole pack ≤ 1.25 × markdown_token_budget × 4 characters
 
 
 @dataclass(frozen=True)

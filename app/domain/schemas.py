@@ -227,6 +227,21 @@ class ContextRequest(_Request):
     )
 
 
+class RelatedItem(BaseModel):
+    """A one-hop neighbor of a pack item: who it is and how it is linked (no text; widen it with
+    ``expand_neighbors`` or ``fetch_slice``)."""
+
+    id: str
+    type: str
+    name: str
+    relationship: str
+    direction: Literal["outgoing", "incoming"]
+    distance: int = Field(description="Always 1: related memories are one hop away.")
+    score: float
+    lifecycle: str
+    parent_entity_id: str | None = None
+
+
 class ContextItem(BaseModel):
     """One memory (or passage) of a pack, why it was chosen, and its one-hop neighbors."""
 
@@ -242,7 +257,7 @@ class ContextItem(BaseModel):
     passage_index: int | None = None
     parent_entity_id: str | None = None
     widen_with: Literal["fetch_slice"] | None = None
-    related: list[Neighbor]
+    related: list[RelatedItem]
 
 
 class ContextSections(BaseModel):

@@ -162,8 +162,11 @@ CONTEXT = f"""Compose a pack of what the memory holds about a goal: the one call
 When one hop answers the question, call `context` once with the goal in plain words and read \
 the pack: items grouped by facet \
 (`decisions`, `active_work` = tasks not done, `artifacts` = artifacts and documents, `notes`, \
-`other`), each with a preview, the `reason` it was chosen and its one-hop `related` memories, \
-plus `markdown`, the same pack rendered for reading. Widen only if the pack falls short: \
+`other`), each with a short preview, the `reason` it was chosen and its one-hop `related` \
+memories (ids and hops, no text), plus `markdown`, which carries the items' text: read that. The \
+whole answer stays within about {policy.CONTEXT_RESPONSE_FACTOR} × markdown_token_budget × \
+{policy.CHARS_PER_TOKEN} characters; items that would not fit are left out \
+(`filters.left_out_for_budget`). Widen only if the pack falls short: \
 `expand_neighbors` on items you need the neighborhood of, `fetch_slice` on an item with \
 `widen_with: "fetch_slice"` (a passage: cite its `parent_entity_id`).
 

@@ -1,0 +1,354 @@
+"""The evaluation machinery: recall of ``search``, the scripted three-round loop, context packs.
+
+Everything goes through the public domain verbs (:func:`app.domain.search.search`,
+:func:`app.domain.expand.expand_neighbors`, :func:`app.domain.slice.fetch_slice`,
+:func:`app.domain.context.context_pack`), each in its own read transaction as the API runs it,
+as one :class:`~app.domain.reader.Reader`. Nothing here knows the corpus: the questions, the
+reader and the whole bodies of the memories (for the cost ratio) are handed in.
+
+**Recall.** For each question, ``search`` with the question as written and with its
+:func:`~app.evaluation.questions.keywords` form (limit 5, default lifecycles). The rank of a
+question is the 1-based position of the first result whose memory (the result itself, or a
+passage's parent) is one of its answers; recall@k = share of questions ranked ≤ k.
+
+**The loop** (:class:`LoopPlan`; model-free, the same script for every question):
+
+1. ``search`` the question as written: ``search_limit`` results, previews of ``search_chars``.
+2. ``expand_neighbors`` from the memories of the top ``expand_seeds`` results, depth 1, limit
+   ``expand_limit``, previews of ``expand_chars`` (default relationships, as an agent calls it).
+3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of up to ``slice_hits`` top
+   results, each widened around its best passage (the result when it is a passage, else the
+   first passage among its ``metadata.collapsed`` hits, else the memory from its start), and of
+   the best ``slice_neighbors`` neighbors of round 2 that are neither a seed, a seed's own
+   passage, nor already sliced.
+
+*Returned text* = every name and content (preview, neighbor preview, span) the three rounds
+returned; a question is *exposed* when its answer phrase appears in it
+(:func:`~app.evaluation.questions.contains_phrase`), and the round that first exposed it is
+kept. *Cost* = returned characters ÷ the whole-body characters of the memories the loop touched
+(every memory a result, a neighbor or a span belongs to); also given against the whole body of
+the question's first answer.
+
+**Context.** ``context_pack`` of the question as the goal, default bounds: the size of the
+whole JSON response (characters), its wall time (ms), and whether the Markdown holds the phrase.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.db import read_tx
+from app.core.errors import NotFound
+from app.domain.context import context_pack
+from app.domain.expand import expand_neighbors
+from app.domain.reader import Reader
+from app.domain.schemas import ContextRequest, ExpandRequest, SearchRequest, SliceRequest
+from app.domain.search import search
+from app.domain.slice import fetch_slice
+from app.evaluation.questions import Question, contains_phrase, keywords
+
+RECALL_DEPTH = 5
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """The bounds of the scripted loop (see the module docstring); fixed before any figure was
+    measured, and the same for every question."""
+
+    search_limit: int = 5
+    search_chars: int = 300
+    expand_seeds: int = 3
+    expand_limit: int = 8
+    expand_chars: int = 300
+    slice_hits: int = 2
+    slice_neighbors: int = 1
+    slice_window: int = 3
+    slice_chars: int = 3000
+
+    def __post_init__(self) -> None:
+        if self.search_limit < RECALL_DEPTH:
+            raise ValueError(
+                f"search_limit must be at least {RECALL_DEPTH} (recall@5 reads round 1)"
+            )
+
+
+@dataclass
+class QuestionResult:
+    """What one question measured. Ranks are 1-based, ``None`` = not in the top
+    :data:`RECALL_DEPTH`; chars are characters; times are milliseconds of wall time."""
+
+    id: str
+    hop: str | None
+    rank_written: int | None
+    rank_keywords: int | None
+    exposed_round: int | None
+    returned_chars: int
+    touched_chars: int
+    answer_chars: int
+    touched: list[str] = field(default_factory=list)
+    search_ms: float = 0.0
+    context_chars: int | None = None
+    context_ms: float | None = None
+    context_exposed: bool | None = None
+    rank_hop_from: int | None = None
+
+
+def answer_rank(result_memories: Sequence[str], answers: Sequence[str]) -> int | None:
+    """1-based position of the first of ``result_memories`` (each result's memory id) that is
+    one of ``answers``; None when none is."""
+    wanted = set(answers)
+    for n, memory in enumerate(result_memories, start=1):
+        if memory in wanted:
+            return n
+    return None
+
+
+def recall_at(ranks: Sequence[int | None], k: int) -> float:
+    """Share (0..1) of ``ranks`` that are ≤ ``k``; 0.0 for no ranks."""
+    if not ranks:
+        return 0.0
+    return sum(1 for r in ranks if r is not None and r <= k) / len(ranks)
+
+
+def _memory_of(item: Any) -> str:
+    return str(item.parent_entity_id or item.id)
+
+
+async def _search_memories(
+    engine: AsyncEngine, reader: Reader, query: str, *, limit: int, chars: int
+) -> tuple[Any, float]:
+    started = time.perf_counter()
+    async with read_tx(engine) as conn:
+        response = await search(
+            conn, reader, SearchRequest(query=query, limit=limit, content_max_chars=chars)
+        )
+    return response, (time.perf_counter() - started) * 1000
+
+
+async def run_loop(
+    engine: AsyncEngine,
+    reader: Reader,
+    question: Question,
+    *,
+    bodies: Mapping[str, str],
+    plan: LoopPlan = LoopPlan(),
+) -> QuestionResult:
+    """Rank ``question`` (as written and as keywords) and run the three-round loop for it.
+
+    ``bodies``: the whole body of every memory by id (missing ids count 0 characters).
+    Returns the question's :class:`QuestionResult` (context fields left None).
+    """
+    texts: list[str] = []
+    touched: list[str] = []
+
+    def touch(memory: str) -> None:
+        if memory not in touched:
+            touched.append(memory)
+
+    def exposed() -> bool:
+        return contains_phrase("\n".join(texts), question.phrase)
+
+    exposed_round: int | None = None
+
+    # round 1: search the question as written
+    found, search_ms = await _search_memories(
+        engine, reader, question.question, limit=plan.search_limit, chars=plan.search_chars
+    )
+    results = found.results
+    found_memories = [_memory_of(r) for r in results][:RECALL_DEPTH]
+    rank_written = answer_rank(found_memories, question.answers)
+    rank_hop_from = answer_rank(found_memories, [question.hop_from]) if question.hop_from else None
+    for r in results:
+        texts += [r.name, r.content]
+        touch(_memory_of(r))
+    if exposed():
+        exposed_round = 1
+
+    # round 2: expand the top memories
+    seeds: list[str] = []
+    for r in results:
+        if len(seeds) < plan.expand_seeds and _memory_of(r) not in seeds:
+            seeds.append(_memory_of(r))
+    neighbors: list[Any] = []
+    if seeds:
+        async with read_tx(engine) as conn:
+            expanded = await expand_neighbors(
+                conn,
+                reader,
+                ExpandRequest(
+                    entity_ids=seeds,
+                    depth=1,
+                    limit=plan.expand_limit,
+                    content_max_chars=plan.expand_chars,
+                ),
+            )
+        neighbors = list(expanded.neighbors)
+        for n in neighbors:
+            texts += [n.name, n.content]
+            touch(_memory_of(n))
+    if exposed_round is None and exposed():
+        exposed_round = 2
+
+    # round 3: widen the best passages
+    targets: list[str] = []
+    for r in results[: plan.slice_hits]:
+        targets.append(_best_passage(r))
+    sliced_memories = {_memory_of(r) for r in results[: plan.slice_hits]}
+    picked = 0
+    for n in neighbors:
+        if picked >= plan.slice_neighbors:
+            break
+        memory = _memory_of(n)
+        if memory in seeds or memory in sliced_memories:
+            continue
+        targets.append(n.id)
+        sliced_memories.add(memory)
+        picked += 1
+    for target in targets:
+        try:
+            async with read_tx(engine) as conn:
+                window = await fetch_slice(
+                    conn,
+                    reader,
+                    SliceRequest(
+                        entity_id=target,
+                        window=plan.slice_window,
+                        content_max_chars=plan.slice_chars,
+                    ),
+                )
+        except NotFound:  # pragma: no cover - read in the same rounds; a concurrent edit only
+            continue
+        touch(window.parent_id)
+        for p in window.passages:
+            texts += [p.name, p.content]
+    if exposed_round is None and exposed():
+        exposed_round = 3
+
+    keyword_found, _ = await _search_memories(
+        engine, reader, keywords(question.question), limit=RECALL_DEPTH, chars=0
+    )
+    rank_keywords = answer_rank([_memory_of(r) for r in keyword_found.results], question.answers)
+    return QuestionResult(
+        id=question.id,
+        hop=question.hop_relationship,
+        rank_written=rank_written,
+        rank_keywords=rank_keywords,
+        exposed_round=exposed_round,
+        returned_chars=sum(len(t) for t in texts),
+        touched_chars=sum(len(bodies.get(m, "")) for m in touched),
+        answer_chars=len(bodies.get(question.answers[0], "")),
+        touched=touched,
+        search_ms=round(search_ms, 2),
+        rank_hop_from=rank_hop_from,
+    )
+
+
+def _best_passage(result: Any) -> str:
+    """The id to widen a search result around: itself when a passage; else the best of its
+    collapsed hits that is a passage of it; else the memory (sliced from its start)."""
+    if result.parent_entity_id:
+        return str(result.id)
+    for other in result.metadata.get("collapsed") or ():
+        if other != result.id:
+            return str(other)
+    return str(result.id)
+
+
+async def run_context(
+    engine: AsyncEngine, reader: Reader, question: Question, result: QuestionResult
+) -> None:
+    """Fill ``result``'s context fields: the default pack of the question as its goal."""
+    started = time.perf_counter()
+    async with read_tx(engine) as conn:
+        pack = await context_pack(conn, reader, ContextRequest(goal=question.question))
+    result.context_ms = round((time.perf_counter() - started) * 1000, 2)
+    result.context_chars = len(pack.model_dump_json())
+    result.context_exposed = contains_phrase(pack.markdown, question.phrase)
+
+
+async def evaluate(
+    engine: AsyncEngine,
+    reader: Reader,
+    questions: Sequence[Question],
+    *,
+    bodies: Mapping[str, str],
+    plan: LoopPlan = LoopPlan(),
+    with_context: bool = True,
+) -> list[QuestionResult]:
+    """Run every question (in order) through :func:`run_loop` and, unless told not to,
+    :func:`run_context`."""
+    out: list[QuestionResult] = []
+    for q in questions:
+        result = await run_loop(engine, reader, q, bodies=bodies, plan=plan)
+        if with_context:
+            await run_context(engine, reader, q, result)
+        out.append(result)
+    return out
+
+
+def _percentile(values: Sequence[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def summarize(results: Sequence[QuestionResult]) -> dict[str, Any]:
+    """The figures of one question set: counts, recall@1/@5 (as written, as keywords; and for
+    the hop questions alone), loop exposure (share exposed, by round), cost ratios, and context
+    size and time. Shares are 0..1, rounded to 4 places; times in ms."""
+    written = [r.rank_written for r in results]
+    kw = [r.rank_keywords for r in results]
+    hops = [r for r in results if r.hop]
+    exposed = [r for r in results if r.exposed_round is not None]
+    returned = sum(r.returned_chars for r in results)
+    touched = sum(r.touched_chars for r in results)
+    answer = sum(r.answer_chars for r in results)
+    per_q = [r.returned_chars / r.touched_chars for r in results if r.touched_chars]
+    ctx_chars = [r.context_chars for r in results if r.context_chars is not None]
+    ctx_ms = [r.context_ms for r in results if r.context_ms is not None]
+    ctx_exposed = [r for r in results if r.context_exposed]
+
+    def share(n: int) -> float:
+        return round(n / len(results), 4) if results else 0.0
+
+    return {
+        "questions": len(results),
+        "hop_questions": len(hops),
+        "recall_at_1_written": round(recall_at(written, 1), 4),
+        "recall_at_5_written": round(recall_at(written, 5), 4),
+        "recall_at_1_keywords": round(recall_at(kw, 1), 4),
+        "recall_at_5_keywords": round(recall_at(kw, 5), 4),
+        "hop_recall_at_5_written": round(recall_at([r.rank_written for r in hops], 5), 4),
+        "hop_from_recall_at_5_written": round(recall_at([r.rank_hop_from for r in hops], 5), 4),
+        "exposure": share(len(exposed)),
+        "exposure_by_round": {
+            str(n): share(sum(1 for r in results if r.exposed_round and r.exposed_round <= n))
+            for n in (1, 2, 3)
+        },
+        "hop_exposure": round(len([r for r in hops if r.exposed_round]) / len(hops), 4)
+        if hops
+        else None,
+        "returned_chars_mean": round(returned / len(results)) if results else 0,
+        "cost_vs_touched": round(returned / touched, 4) if touched else None,
+        "cost_vs_touched_median": round(statistics.median(per_q), 4) if per_q else None,
+        "cost_vs_answer": round(returned / answer, 4) if answer else None,
+        "context_chars_max": max(ctx_chars) if ctx_chars else None,
+        "context_chars_median": round(statistics.median(ctx_chars)) if ctx_chars else None,
+        "context_ms_p50": _percentile(ctx_ms, 50),
+        "context_ms_p95": _percentile(ctx_ms, 95),
+        "context_exposure": share(len(ctx_exposed)) if ctx_chars else None,
+        "search_ms_p50": _percentile([r.search_ms for r in results], 50),
+    }
+
+
+def as_dicts(results: Sequence[QuestionResult]) -> list[dict[str, Any]]:
+    """The per-question results as plain dicts (for the JSON report)."""
+    return [asdict(r) for r in results]

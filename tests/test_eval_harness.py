@@ -1,0 +1,199 @@
+"""The evaluation machinery (issue 12, docs/eval.md) on a tiny made-up corpus: recall, the
+keyword form, the three-round loop's exposure and cost, the question files' shape."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+
+from app.core.settings import PROJECT_ROOT
+from app.evaluation.harness import (
+    QuestionResult,
+    answer_rank,
+    evaluate,
+    recall_at,
+    summarize,
+)
+from app.evaluation.questions import (
+    Question,
+    check_phrases,
+    contains_phrase,
+    keywords,
+    load_questions,
+)
+from app.repo.readers import reader_by_user
+from tests.builders import import_dicts
+
+# --- pure parts ----------------------------------------------------------------------------------
+
+
+def test_recall_counts_ranks_within_k():
+    ranks = [1, 3, None, 6, 5]
+    assert recall_at(ranks, 1) == pytest.approx(1 / 5)
+    assert recall_at(ranks, 5) == pytest.approx(3 / 5)
+    assert recall_at(ranks, 10) == pytest.approx(4 / 5)
+    assert recall_at([], 5) == 0.0
+
+
+def test_answer_rank_is_the_first_answering_memory():
+    assert answer_rank(["a", "b", "c"], ["c", "b"]) == 2
+    assert answer_rank(["a", "b"], ["z"]) is None
+    assert answer_rank([], ["a"]) is None
+
+
+def test_keywords_drop_stop_words_and_punctuation_but_keep_compound_tokens():
+    q = "Which table of pyproject.toml holds the single-file script's data, and why?"
+    assert keywords(q) == "table pyproject.toml holds single-file script data"
+    assert keywords("What is THE the what?") == "what is the the what?"  # only stop words
+    assert keywords("Spam, spam and SPAM!") == "spam"
+
+
+def test_phrases_compare_without_case_or_line_breaks():
+    assert contains_phrase(
+        "Use 4 spaces\n   per INDENTATION level.", "use 4 spaces per indentation"
+    )
+    assert not contains_phrase("Use 4 spaces", "use 8 spaces")
+    qs = [
+        Question("a", "?", ("m1", "m2"), "in two"),
+        Question("b", "?", ("m1",), "nowhere"),
+        Question("c", "?", ("m9",), "in one"),
+    ]
+    assert check_phrases(qs, {"m1": "text in one", "m2": "text in\ntwo"}) == ["b", "c"]
+
+
+def test_question_files_are_well_formed(tmp_path: Path):
+    main = load_questions(PROJECT_ROOT / "eval" / "questions.jsonl")
+    held = load_questions(PROJECT_ROOT / "eval" / "heldout.jsonl")
+    assert len(main) >= 40 and len(held) >= 12
+    assert not {q.id for q in main} & {q.id for q in held}
+    assert not {q.question for q in main} & {q.question for q in held}
+    for qs in (main, held):
+        hops = {q.hop_relationship for q in qs if q.hop_relationship}
+        assert hops == {"SUPERSEDES", "DEPENDS_ON"}
+        assert all(q.hop_from and q.hop_from not in q.answers for q in qs if q.hop_relationship)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "x", "question": "q?", "answers": [], "phrase": "p"}))
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1"):
+        load_questions(bad)
+
+
+# --- the loop on a made-up corpus ----------------------------------------------------------------
+
+SECTION = "Wading birds stand still in shallow water for a long time. " * 12
+
+
+def _corpus(org: str, sfx: str) -> list[dict]:
+    admin = f"user_admin_{sfx}"
+
+    def ent(id_: str, type_: str, name: str, content: str) -> dict:
+        return {
+            "kind": "entity",
+            "id": id_,
+            "org": org,
+            "type": type_,
+            "name": name,
+            "content": content,
+            "project": "p",
+            "scope": "project",
+            "owner": admin,
+        }
+
+    # a long document cut into passages; the answer sits in its third section
+    guide = "\n\n".join(
+        [
+            f"# Heron guide\n\n{SECTION}",
+            f"## Plumage\n\n{SECTION}",
+            f"## Breeding\n\nGrey herons nest in colonies called heronries. {SECTION}",
+            f"## Feeding\n\n{SECTION}",
+        ]
+    )
+    return [
+        {"kind": "org", "id": org, "name": "Eval"},
+        {"kind": "user", "id": admin, "org": org, "handle": "admin", "role": "admin"},
+        {"kind": "project", "id": "p", "org": org, "name": "Birds", "visibility": "private"},
+        ent("doc_guide", "document", "Heron field guide", guide),
+        ent("dec_old", "decision", "Aviary feeding schedule", "Feed the aviary at dawn."),
+        ent("dec_new", "decision", "Revised schedule", "Twice a day, with sardines."),
+        ent("note_other", "note", "Shopping", "Buy sardines for the cat."),
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "dec_new",
+            "dst": "dec_old",
+            "relationship": "SUPERSEDES",
+        },
+    ]
+
+
+async def test_the_loop_measures_recall_exposure_and_cost(engine):
+    org, sfx = "org_eval_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = _corpus(org, sfx)
+    await import_dicts(engine, records)
+    bodies = {r["id"]: r["content"] for r in records if r["kind"] == "entity"}
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_admin_{sfx}")
+    assert reader is not None
+    questions = [
+        # the answer's rarest word, held by no other memory
+        Question("rare", "heronries", ("doc_guide",), "nest in colonies called heronries"),
+        # a word no memory holds: no rank, nothing exposed
+        Question("none", "zeppelin", ("doc_guide",), "heronries"),
+        # the question names the old decision; the answer is its successor's (one SUPERSEDES hop)
+        Question("hop", "aviary", ("dec_new",), "with sardines", "SUPERSEDES", "dec_old"),
+    ]
+    results = await evaluate(engine, reader, questions, bodies=bodies)
+    answers = {q.id: q.answers[0] for q in questions}
+    by_id = {r.id: r for r in results}
+
+    rare = by_id["rare"]
+    assert rare.rank_written == 1 and rare.rank_keywords == 1
+    assert rare.exposed_round is not None
+    assert "doc_guide" in rare.touched
+    none = by_id["none"]
+    assert none.rank_written is None and none.rank_keywords is None
+    assert none.exposed_round is None
+    assert none.returned_chars == 0 and none.touched == []
+    hop = by_id["hop"]
+    assert hop.exposed_round is not None  # through the expand round, if search missed it
+    assert "dec_old" in hop.touched and "dec_new" in hop.touched
+    assert hop.rank_hop_from is not None and rare.rank_hop_from is None
+    for r in results:
+        # cost: the returned characters against the whole bodies of the memories touched
+        assert r.touched_chars == sum(len(bodies[m]) for m in r.touched)
+        assert r.answer_chars == len(bodies[answers[r.id]])
+        assert r.context_chars is not None and r.context_chars > 0
+        assert r.context_ms is not None and r.context_ms > 0
+
+    figures = summarize(results)
+    ranks = [r.rank_written for r in results]
+    assert figures["recall_at_5_written"] == round(recall_at(ranks, 5), 4)
+    assert figures["recall_at_1_keywords"] == round(
+        recall_at([r.rank_keywords for r in results], 1), 4
+    )
+    assert figures["exposure"] == round(2 / 3, 4)
+    assert figures["exposure_by_round"]["3"] == figures["exposure"]
+    assert figures["hop_questions"] == 1 and figures["hop_exposure"] == 1.0
+    returned = sum(r.returned_chars for r in results)
+    touched = sum(r.touched_chars for r in results)
+    assert figures["cost_vs_touched"] == round(returned / touched, 4)
+
+
+def test_summary_of_hand_made_results():
+    def res(id_: str, rank: int | None, kw: int | None, exposed: int | None) -> QuestionResult:
+        return QuestionResult(id_, None, rank, kw, exposed, 100, 1000, 400)
+
+    results = [res("a", 1, 2, 1), res("b", 4, None, 3), res("c", None, None, None)]
+    s = summarize(results)
+    assert s["recall_at_1_written"] == round(1 / 3, 4)
+    assert s["recall_at_5_written"] == round(2 / 3, 4)
+    assert s["recall_at_5_keywords"] == round(1 / 3, 4)
+    assert s["exposure_by_round"] == {
+        "1": round(1 / 3, 4),
+        "2": round(1 / 3, 4),
+        "3": round(2 / 3, 4),
+    }
+    assert s["cost_vs_touched"] == 0.1 and s["cost_vs_answer"] == 0.25
+    assert s["hop_exposure"] is None and s["context_ms_p50"] is None
