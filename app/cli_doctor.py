@@ -39,7 +39,9 @@ def render(report: DoctorReport, console: Console) -> None:
         if check.advice:
             body.append("\n" + check.advice, style="dim" if check.status in ("ok", "info") else "")
         grid.add_row(Text(check.status.upper(), style=_STYLE[check.status]), body)
-    console.print(grid)
+    with console.capture() as captured:  # the grid pads every line to the full width
+        console.print(grid)
+    console.file.write("\n".join(line.rstrip() for line in captured.get().splitlines()) + "\n")
     counts = {s: sum(c.status == s for c in report.checks) for s in _STYLE}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     console.print(f"overall: [{_STYLE[report.status]}]{report.status}[/] ({summary})")

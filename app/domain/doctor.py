@@ -274,9 +274,16 @@ def check_autovacuum(f: Facts) -> Check:
 
 def check_jit(f: Facts) -> Check:
     """JIT: the service turns it off on its own connections; say what it costs others."""
-    facts = {"jit": f.settings["jit"].shown}
+    facts = {"jit": f.settings["jit"].shown, "jit_available": f.version.jit_available}
     if f.settings["jit"].shown != "on":
         return Check(name="jit", status="ok", summary="jit is off", facts=facts)
+    if not f.version.jit_available:
+        return Check(
+            name="jit",
+            status="ok",
+            summary="jit is on, but this server cannot JIT-compile (no LLVM): it has no effect",
+            facts=facts,
+        )
     return Check(
         name="jit",
         status="info",

@@ -40,7 +40,7 @@ ORDER BY name"""
 VERSION_SQL = text(
     """/* sibyl:doctor.version */
 SELECT current_setting('server_version_num')::int AS version_num, version() AS version,
-       current_setting('is_superuser') = 'on' AS superuser"""
+       current_setting('is_superuser') = 'on' AS superuser, pg_jit_available() AS jit_available"""
 )
 
 EXTENSIONS_SQL = text(
@@ -128,11 +128,13 @@ class Setting:
 
 @dataclass(frozen=True)
 class ServerVersion:
-    """``server_version_num`` (e.g. 150020), ``version()`` and whether we connect as superuser."""
+    """``server_version_num`` (e.g. 150020), ``version()``, whether we connect as superuser, and
+    whether the server can JIT-compile at all (built with LLVM, provider found)."""
 
     number: int
     text: str
     superuser: bool
+    jit_available: bool
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,7 @@ async def settings(conn: AsyncConnection, *, names: list[str]) -> dict[str, Sett
 async def server_version(conn: AsyncConnection) -> ServerVersion:
     """The server's version and whether the current role is a superuser."""
     r = (await conn.execute(VERSION_SQL)).one()
-    return ServerVersion(r.version_num, r.version, r.superuser)
+    return ServerVersion(r.version_num, r.version, r.superuser, r.jit_available)
 
 
 async def extensions(conn: AsyncConnection, *, names: list[str]) -> dict[str, Extension]:
