@@ -9,6 +9,9 @@ BENCH_ARGS ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# One pytest-xdist worker per core, each with a database of its own (tests/conftest.py); the
+# PEP-corpus tests share one worker (--dist loadgroup). TEST_WORKERS=0: one process, no xdist.
+TEST_WORKERS ?= auto
 
 .DEFAULT_GOAL := help
 
@@ -31,8 +34,8 @@ run: install ## Migrate, import the PEP corpus if empty, print demo keys, serve 
 serve: install ## Serve without the set-up steps
 	$(BIN)/sibyl-pg serve --host $(HOST) --port $(PORT)
 
-test: install ## Run the whole test suite against a real PostgreSQL (fresh database per run)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: install ## Run the whole test suite against a real PostgreSQL (fresh database per worker)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: install ## ruff (lint + format check)
 	$(BIN)/ruff check app tests migrations
