@@ -92,16 +92,35 @@ def org_id() -> str:
 
 
 PEP_GROUP = "pep_corpus"
-PEP_FILES = frozenset(
-    {
-        "tests/test_pep_corpus.py",
-        "tests/test_pep_service.py",
-        "tests/test_communities.py",
-        "tests/test_mcp.py",
-    }
+PEP_TESTS = (
+    "tests/test_pep_corpus.py",
+    "tests/test_pep_service.py",
+    "tests/test_communities.py",
+    "tests/test_mcp.py",
+    "tests/test_surfaces_bounds.py",
+    "tests/test_search.py::test_type_hints_on_the_pep_corpus",
 )
-"""The test files that read the PEP corpus (``pep_records``/``pep_corpus``): run on one worker.
-A test elsewhere that uses the corpus still works; its worker parses and imports it too."""
+"""The tests (files, or single tests) that read the PEP corpus: they run on one worker.
+A test elsewhere that uses the corpus still works (its worker parses and imports it too), and
+collection warns about it."""
+PEP_FIXTURES = frozenset({"pep_records", "pep_corpus"})
+
+
+def _in_pep_group(nodeid: str) -> bool:
+    return any(nodeid == p or nodeid.startswith((p + "::", p + "[")) for p in PEP_TESTS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Warn about a test that reads the PEP corpus outside :data:`PEP_TESTS`."""
+    for item in items:
+        uses = PEP_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses and not _in_pep_group(item.nodeid):
+            item.warn(
+                pytest.PytestWarning(
+                    f"{item.nodeid} uses {sorted(uses)} but is not in conftest.PEP_TESTS: "
+                    "under xdist a second worker parses and imports the corpus"
+                )
+            )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -121,7 +140,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if "@" in nodeid:  # an xdist_group mark, should xdist and pytest agree again
                 return super()._split_scope(nodeid)
-            return PEP_GROUP if nodeid.split("::", 1)[0] in PEP_FILES else nodeid
+            return PEP_GROUP if _in_pep_group(nodeid) else nodeid
 
     return PepGroupScheduling(config, log)
 
