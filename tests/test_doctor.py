@@ -4,7 +4,8 @@
   session), the test database is at head with every index of the walk, and the CLI exits 0.
 - A known-bad database (a throwaway one: rows never vacuumed nor analyzed, an invalid index left
   by a failed ``CREATE INDEX CONCURRENTLY``, a dropped walk index) is flagged, and the CLI exits 1;
-  after ``VACUUM (ANALYZE)`` the visibility and statistics checks pass.
+  after ``VACUUM (ANALYZE)`` the visibility and statistics checks pass. Where the server ships
+  ``pg_visibility`` it is installed there, so the map itself is read.
 - The REST route: an org admin's admin key gets the report without sizes or row counts; every
   other caller gets the 404 of an unknown route.
 """
@@ -36,6 +37,16 @@ async def _show(url: str, *names: str) -> dict[str, str]:
     conn = await asyncpg.connect(url)
     try:
         return {n: await conn.fetchval(f"SHOW {n}") for n in names}
+    finally:
+        await conn.close()
+
+
+async def _installed(url: str, extension: str) -> bool:
+    conn = await asyncpg.connect(url)
+    try:
+        return bool(
+            await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = $1", extension)
+        )
     finally:
         await conn.close()
 
@@ -111,6 +122,11 @@ def bad_database(database_url, monkeypatch) -> Iterator[str]:
                         "CREATE UNIQUE INDEX CONCURRENTLY ix_bad_edges ON edges (relationship)"
                     )
                 await conn.execute("DROP INDEX ix_edges_incoming")
+                shipped = await conn.fetchval(
+                    "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_visibility'"
+                )
+                if shipped:  # then the doctor reads the visibility map itself
+                    await conn.execute("CREATE EXTENSION pg_visibility")
             finally:
                 await conn.close()
 
@@ -143,6 +159,9 @@ def test_a_sick_database_is_flagged_and_vacuum_heals_what_it_can(bad_database):
     visibility = _check(report, "visibility")
     assert visibility.status == "warn"
     assert visibility.facts["tables"]["edges"]["all_visible"] == 0.0
+    assert visibility.facts["tables"]["edges"]["pages"] > 0
+    installed = asyncio.run(_installed(bad_database, "pg_visibility"))
+    assert (visibility.facts["source"] == "pg_visibility") is installed
     assert report.status == "fail"
 
     result = CliRunner().invoke(cli, ["doctor"])
