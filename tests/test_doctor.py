@@ -216,6 +216,7 @@ async def test_rest_doctor_is_for_org_admin_keys_only(engine, client, database_u
     admin_key = await make_key(engine, admin_user, scopes=("read", "admin"))
     admin_read_key = await make_key(engine, admin_user, scopes=("read",))
     member_key = await make_key(engine, w.user, scopes=("read", "write"))
+    restricted_key = await make_key(engine, admin_user, scopes=("read", "admin"), projects=["proj"])
 
     r = await client.get("/api/admin/doctor", headers={"Authorization": f"Bearer {admin_key}"})
     assert r.status_code == 200, r.text
@@ -238,6 +239,7 @@ async def test_rest_doctor_is_for_org_admin_keys_only(engine, client, database_u
         {"Authorization": "Bearer not-a-key"},
         {"Authorization": f"Bearer {member_key}"},
         {"Authorization": f"Bearer {admin_read_key}"},
+        {"Authorization": f"Bearer {restricted_key}"},
     ):
         r = await client.get("/api/admin/doctor", headers=headers)
         assert (r.status_code, r.json()) == (404, HIDDEN)
