@@ -63,7 +63,8 @@ def run_doctor(*, as_json: bool = False) -> None:
         typer.echo(f"error: cannot reach the database: {exc}", err=True)
         raise typer.Exit(EXIT_UNREACHABLE) from None
     except Exception as exc:  # a refused login, a missing database: say so, no stack trace
-        typer.echo(f"error: the database refused the doctor: {type(exc).__name__}: {exc}", err=True)
+        reason = getattr(exc, "orig", None) or exc  # the driver's message, not SQLAlchemy's
+        typer.echo(f"error: the database refused the doctor: {reason}", err=True)
         raise typer.Exit(EXIT_UNREACHABLE) from None
     if as_json:
         typer.echo(report.model_dump_json(indent=2))

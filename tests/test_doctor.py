@@ -92,6 +92,24 @@ def test_cli_prints_the_checks_and_exits_0_without_failures(database_url):
     assert {c["name"] for c in report["checks"]} >= {"autovacuum", "indexes", "visibility"}
 
 
+@pytest.mark.parametrize("database", ["no_such_database_here", None])
+def test_cli_exits_2_when_the_server_cannot_be_asked(database_url, monkeypatch, database):
+    url = (
+        with_database(database_url, database)
+        if database
+        else "postgresql://postgres@127.0.0.1:1/nothing_listens_on_port_1"
+    )
+    monkeypatch.setenv("DATABASE_URL", url)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["doctor"])
+    finally:
+        monkeypatch.setenv("DATABASE_URL", database_url)
+        get_settings.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "Traceback" not in result.output
+
+
 @pytest.fixture
 def bad_database(database_url, monkeypatch) -> Iterator[str]:
     """A migrated throwaway database made sick: rows never vacuumed nor analyzed, an invalid
