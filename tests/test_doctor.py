@@ -112,8 +112,9 @@ def test_cli_exits_2_when_the_server_cannot_be_asked(database_url, monkeypatch, 
 
 @pytest.fixture
 def bad_database(database_url, monkeypatch) -> Iterator[str]:
-    """A migrated throwaway database made sick: rows never vacuumed nor analyzed, an invalid
-    index, a walk index dropped. ``DATABASE_URL`` points at it for the CLI."""
+    """A migrated throwaway database made sick: rows never vacuumed nor analyzed (autovacuum
+    disabled on their tables), an invalid index, a walk index dropped. ``DATABASE_URL`` points
+    at it for the CLI."""
     name = f"sibyl_doctor_{secrets.token_hex(4)}"
     admin = with_database(database_url, "postgres")
     asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
@@ -124,6 +125,10 @@ def bad_database(database_url, monkeypatch) -> Iterator[str]:
         async def sicken() -> None:
             conn = await asyncpg.connect(url)
             try:
+                # no autovacuum run may fix what the test asserts broken (on a server where it
+                # is on); the doctor reports this too
+                for table in ("entities", "edges"):
+                    await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
                 await conn.execute("INSERT INTO orgs (id, name) VALUES ('org_a', 'A')")
                 await conn.execute(
                     "INSERT INTO entities (org_id, id, type, name, scope) "
@@ -180,6 +185,9 @@ def test_a_sick_database_is_flagged_and_vacuum_heals_what_it_can(bad_database):
     assert visibility.facts["tables"]["edges"]["pages"] > 0
     installed = asyncio.run(_installed(bad_database, "pg_visibility"))
     assert (visibility.facts["source"] == "pg_visibility") is installed
+    autovacuum = _check(report, "autovacuum")
+    assert autovacuum.status == "warn"
+    assert autovacuum.facts["disabled_on"] == ["edges", "entities"]
     assert report.status == "fail"
 
     result = CliRunner().invoke(cli, ["doctor"])
