@@ -2,13 +2,13 @@
 
 Server choice: ``TEST_DATABASE_URL`` when set; else the server at 127.0.0.1:5432 when it answers;
 else the embedded ``pgserver`` PostgreSQL in ``.data/pg-test``. Each pytest process (the run, or
-each pytest-xdist worker: ``make test`` runs ``-n auto``) creates a database of its own
-(``sibyl_test_<worker>_<pid>_<random>``), migrates it to head, and drops it at the end. Tests
-isolate themselves by tenancy: each builds its rows in an org of its own.
+each pytest-xdist worker: ``make test`` runs one more worker than cores) creates a database of
+its own (``sibyl_test_<worker>_<pid>_<random>``), migrates it to head, and drops it at the end.
+Tests isolate themselves by tenancy: each builds its rows in an org of its own.
 
-The PEP corpus is parsed (and imported) once per worker that needs it; the test files that read
-it run on one worker (``--dist loadgroup``: :func:`pytest_xdist_make_scheduler`), so only one
-worker pays for it.
+The PEP corpus is parsed (and imported) once per worker that needs it; the tests that read it
+(:data:`PEP_TESTS`) run on one worker (``--dist loadgroup``, with
+:func:`pytest_xdist_make_scheduler`), so only one worker pays for it.
 """
 
 from __future__ import annotations
