@@ -9,13 +9,17 @@ BENCH_ARGS ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
+# pytest-xdist workers, each with a database of its own (tests/conftest.py); the PEP-corpus tests
+# share one worker (--dist loadgroup). One more than the cores: a worker waits on its PostgreSQL
+# backend half of the time. TEST_WORKERS=0: one process, no xdist.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run serve test lint typecheck check bench bench-load eval clean
+.PHONY: help install run serve test test-thorough lint typecheck check bench bench-load eval clean
 
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@echo "› creating .venv and installing sibyl-pg with its dependencies (first time: 1-2 min)"
@@ -32,8 +36,11 @@ run: install ## Migrate, import the PEP corpus if empty, print demo keys, serve 
 serve: install ## Serve without the set-up steps
 	$(BIN)/sibyl-pg serve --host $(HOST) --port $(PORT)
 
-test: install ## Run the whole test suite against a real PostgreSQL (fresh database per run)
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: install ## Run the whole test suite against a real PostgreSQL (fresh database per worker)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+
+test-thorough: install ## make test with every random case (walk oracle 200 graphs, more examples)
+	SIBYL_TEST_THOROUGH=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: install ## ruff (lint + format check)
 	$(BIN)/ruff check app tests migrations eval

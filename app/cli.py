@@ -348,6 +348,18 @@ def eval_(
 
 
 @cli.command()
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="The report as JSON")] = False,
+) -> None:
+    """Check the PostgreSQL server the service uses (settings, extensions, indexes, visibility
+    map, statistics, migrations) and print what to change and why (docs/doctor.md). Exit status:
+    0 ok or warnings only, 1 a check failed, 2 the server could not be asked."""
+    from app.cli_doctor import run_doctor
+
+    run_doctor(as_json=as_json)
+
+
+@cli.command()
 def quickstart(
     host: Annotated[str, typer.Option(help="Interface to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,

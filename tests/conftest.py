@@ -1,9 +1,14 @@
-"""Test fixtures: a real PostgreSQL, a fresh database per run, migrated with Alembic.
+"""Test fixtures: a real PostgreSQL, a fresh database per run (per worker), migrated with Alembic.
 
 Server choice: ``TEST_DATABASE_URL`` when set; else the server at 127.0.0.1:5432 when it answers;
-else the embedded ``pgserver`` PostgreSQL in ``.data/pg-test``. The run's database is created
-fresh (``sibyl_test_<pid>_<random>``), migrated to head, and dropped at the end. Tests isolate
-themselves by tenancy: each builds its rows in an org of its own.
+else the embedded ``pgserver`` PostgreSQL in ``.data/pg-test``. Each pytest process (the run, or
+each pytest-xdist worker: ``make test`` runs one more worker than cores) creates a database of
+its own (``sibyl_test_<worker>_<pid>_<random>``), migrates it to head, and drops it at the end.
+Tests isolate themselves by tenancy: each builds its rows in an org of its own.
+
+The PEP corpus is parsed (and imported) once per worker that needs it; the tests that read it
+(:data:`PEP_TESTS`) run on one worker (``--dist loadgroup``, with
+:func:`pytest_xdist_make_scheduler`), so only one worker pays for it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -50,7 +56,8 @@ def _server_url() -> str:
 def database_url() -> Iterator[str]:
     """A fresh, migrated database for this test run (dropped afterwards)."""
     server = _server_url()
-    name = f"sibyl_test_{os.getpid()}_{secrets.token_hex(3)}"
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    name = f"sibyl_test_{worker}_{os.getpid()}_{secrets.token_hex(3)}"
     admin = with_database(server, "postgres")
     asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
     url = with_database(server, name)
@@ -84,15 +91,76 @@ def org_id() -> str:
     return "org_" + secrets.token_hex(5)
 
 
+PEP_GROUP = "pep_corpus"
+PEP_TESTS = (
+    "tests/test_pep_corpus.py",
+    "tests/test_pep_service.py",
+    "tests/test_communities.py",
+    "tests/test_mcp.py",
+    "tests/test_surfaces_bounds.py",
+    "tests/test_search.py::test_type_hints_on_the_pep_corpus",
+)
+"""The tests (files, or single tests) that read the PEP corpus: they run on one worker.
+A test elsewhere that uses the corpus still works (its worker parses and imports it too), and
+collection warns about it."""
+PEP_FIXTURES = frozenset({"pep_records", "pep_corpus"})
+
+
+def _in_pep_group(nodeid: str) -> bool:
+    return any(nodeid == p or nodeid.startswith((p + "::", p + "[")) for p in PEP_TESTS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Warn about a test that reads the PEP corpus outside :data:`PEP_TESTS`."""
+    for item in items:
+        uses = PEP_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if uses and not _in_pep_group(item.nodeid):
+            item.warn(
+                pytest.PytestWarning(
+                    f"{item.nodeid} uses {sorted(uses)} but is not in conftest.PEP_TESTS: "
+                    "under xdist a second worker parses and imports the corpus"
+                )
+            )
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` that also works on pytest 9: one group for the PEP-corpus files,
+    every other test scheduled alone (like ``--dist load``).
+
+    pytest-xdist 3.8 marks a test's group by rewriting ``item._nodeid``, which pytest 9 no longer
+    reads, so ``xdist_group`` marks are silently ignored; this scheduler decides groups on the
+    controller from the node ids alone. The group is sent first (the biggest scope), so the
+    worker that parses and imports the corpus starts at once.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class PepGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if "@" in nodeid:  # an xdist_group mark, should xdist and pytest agree again
+                return super()._split_scope(nodeid)
+            return PEP_GROUP if _in_pep_group(nodeid) else nodeid
+
+    return PepGroupScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
-async def pep_corpus(engine: AsyncEngine) -> dict[str, str]:
+def pep_records() -> list[dict[str, Any]]:
+    """The real PEP corpus as import records, parsed once per worker (skips when absent)."""
+    if not PEPS_DIR.is_dir():
+        pytest.skip(f"PEP corpus not found at {PEPS_DIR} (set SIBYL_PEPS_DIR to its folder)")
+    from app.importers.peps import iter_pep_records
+
+    return list(iter_pep_records(PEPS_DIR))
+
+
+@pytest.fixture(scope="session")
+async def pep_corpus(engine: AsyncEngine, pep_records: list[dict[str, Any]]) -> dict[str, str]:
     """The real PEP corpus imported once (org ``org_python``); returns a read key per demo
     reader, by user id. Skips when the corpus folder is absent."""
-    if not PEPS_DIR.is_dir():
-        pytest.skip(f"PEP corpus not found at {PEPS_DIR}")
     from app.cli import DEMO_READERS
-    from app.importers.peps import iter_pep_records
     from tests.builders import import_dicts, make_key
 
-    await import_dicts(engine, list(iter_pep_records(PEPS_DIR)))
+    await import_dicts(engine, pep_records)
     return {user: await make_key(engine, user) for user in DEMO_READERS}

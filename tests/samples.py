@@ -149,6 +149,7 @@ SAMPLES: dict[tuple[str, str], tuple[str, dict[str, Any], Any]] = {
         {"user_id": "$USER2", "scopes": ["read"], "projects": ["proj"], "label": "l"},
     ),
     ("delete", "/api/admin/keys/{key_id}"): ("/api/admin/keys/key_000000000000", {}, None),
+    ("get", "/api/admin/doctor"): ("/api/admin/doctor", {}, None),
 }
 READ_OPERATIONS = {
     ("get", "/healthz"),
@@ -164,4 +165,5 @@ READ_OPERATIONS = {
     ("get", "/api/admin/projects/{project_id}/members"),
     ("get", "/api/admin/entities/{entity_id}/grants"),
     ("get", "/api/admin/keys"),
+    ("get", "/api/admin/doctor"),
 }

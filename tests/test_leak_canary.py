@@ -191,6 +191,9 @@ NO_MEMORY_ID = {  # directory operations: no memory id in them, nothing of a mem
     ("get", "/api/admin/keys"),
     ("post", "/api/admin/keys"),
     ("delete", "/api/admin/keys/{key_id}"),
+    # server health (settings, index validity, visibility shares): no memory, no row count
+    # (tests/test_doctor.py checks the answer holds no count)
+    ("get", "/api/admin/doctor"),
 }
 # Known and documented: creating a memory with a caller-chosen id that is taken answers 409
 # whether or not the caller can read it (ids are the writer's choice, in one namespace per org):

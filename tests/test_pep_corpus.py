@@ -1,12 +1,12 @@
 """The PEP corpus converter (app.importers.peps): pure Python, no database.
 
-The full-corpus tests read the real corpus (``SIBYL_PEPS_DIR``, default ``../shared/data/peps``)
-and are skipped when it is absent; the others build small corpora in a temporary folder.
+The full-corpus tests read the real corpus (``SIBYL_PEPS_DIR``, default ``../shared/data/peps``),
+parsed once per run by conftest's ``pep_records``, and are skipped when it is absent; the others
+build small corpora in a temporary folder.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -24,11 +24,6 @@ from app.importers.peps import (
     summarize,
 )
 
-CORPUS_DIR = Path(
-    os.environ.get(
-        "SIBYL_PEPS_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data" / "peps"
-    )
-)
 ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1{3,}\s*$")  # a line of one repeated punctuation
 HEADING = re.compile(r"^(#{1,6}) \S")
 ID_FIELDS = ("id", "org", "project", "user", "owner", "src", "dst")
@@ -37,10 +32,9 @@ corpus = pytest.mark.corpus
 
 
 @pytest.fixture(scope="module")
-def records() -> list[dict[str, Any]]:
-    if not CORPUS_DIR.is_dir():
-        pytest.skip(f"PEP corpus not found at {CORPUS_DIR} (set SIBYL_PEPS_DIR to its folder)")
-    return list(iter_pep_records(CORPUS_DIR))
+def records(pep_records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The corpus parsed once per run (conftest's ``pep_records``, shared with ``pep_corpus``)."""
+    return pep_records
 
 
 @pytest.fixture(scope="module")

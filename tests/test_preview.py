@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.domain.preview import preview, preview_prefix
+from tests.thorough import cases
 
 
 def reference(content: str, budget: int) -> tuple[str, bool]:
@@ -83,7 +84,7 @@ _text = st.text(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=cases(200, 500), deadline=None)
 @given(_text, st.integers(0, 130))
 def test_preview_follows_the_rule(content: str, budget: int) -> None:
     text, truncated = preview(content, budget)
@@ -98,7 +99,7 @@ def test_preview_follows_the_rule(content: str, budget: int) -> None:
         assert text == content
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=cases(200, 500), deadline=None)
 @given(_text, st.integers(0, 130))
 def test_preview_prefix_agrees_with_preview(content: str, budget: int) -> None:
     prefix = content[: budget + 1]

@@ -24,6 +24,7 @@ from app.domain.spans import (
     declared_spans,
     project,
 )
+from tests.thorough import cases
 
 FENCE_OPENER = re.compile(r" {0,3}(`{3,}|~{3,})")
 WORDS = [
@@ -399,7 +400,7 @@ _markdownish = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=cases(100, 300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_markdownish)
 def test_prose_partitions_any_markdownish_body(body: str) -> None:
     cut = cut_prose(body)
@@ -413,7 +414,7 @@ def test_prose_partitions_any_markdownish_body(body: str) -> None:
         assert s.breadcrumb is None or "fake heading" not in s.breadcrumb
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=cases(60, 200), deadline=None)
 @given(st.text(alphabet="a #`~\n\r\t", min_size=2001, max_size=8000))
 def test_prose_partitions_arbitrary_text(body: str) -> None:
     cut = cut_prose(body)
@@ -485,7 +486,7 @@ def test_evidence_keeps_at_most_64_windows() -> None:
     assert cut.spans[-1].end == 40 * 64 * 2
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=cases(100, 200), deadline=None)
 @given(st.text(alphabet="ab\n\r", max_size=600), st.integers(1, 12))
 def test_evidence_windows_partition_the_lines(body: str, n: int) -> None:
     cut = cut_evidence(body, lines_per_span=n)

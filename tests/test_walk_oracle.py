@@ -1,9 +1,10 @@
 """The SQL walk equals the reference semantics of §5 (tests/oracle.py), field by field.
 
-200 random small graphs (random scopes, grants, memberships, cycles, self-edges, hubs, passages,
-prefix ids), random readers (some with project-restricted keys), and for each reader every
-combination of depth × include_incoming, with random relationship_types, types, project, limit
-and seeds (duplicates, blanks around ids, absent ids, passages, more than 8).
+100 random small graphs (200 in ``make test-thorough``: tests/thorough.py), with random scopes,
+grants, memberships, cycles, self-edges, hubs, passages and prefix ids; random readers (some with
+project-restricted keys), and for each reader every combination of depth × include_incoming,
+with random relationship_types, types, project, limit and seeds (duplicates, blanks around ids,
+absent ids, passages, more than 8).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from app.domain.schemas import ExpandRequest
 from app.repo.readers import reader_by_user
 from tests import oracle
 from tests.builders import load_graph
+from tests.thorough import cases
 
-GRAPHS = 200
+GRAPHS = cases(100, 200)  # graphs 0-99 in `make test`, 0-199 in `make test-thorough`
 FIELDS = (
     "id",
     "type",

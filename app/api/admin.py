@@ -1,4 +1,5 @@
-"""Admin REST routes for operators (contract §10): ``POST /api/admin/explain/{verb}``.
+"""Admin REST routes for operators (contract §10): ``POST /api/admin/explain/{verb}`` and
+``GET /api/admin/doctor`` (issue 14).
 
 For any key without the ``admin`` scope (and for no key at all) these routes do not exist: they
 answer 404 ``{"detail": "Not found"}``, exactly like an unknown verb.
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.errors import documented
+from app.domain.doctor import DoctorReport, doctor_for_key
 from app.domain.explain import ExplainReport, explain_for_key
 
 _bearer = HTTPBearer(auto_error=False, description="An API key with the `admin` scope")
@@ -65,3 +67,16 @@ async def explain(
         )
     except ValidationError as error:
         raise RequestValidationError(error.errors()) from None
+
+
+@admin.get("/doctor", response_model=DoctorReport)
+async def doctor(request: Request, credentials: Credentials) -> DoctorReport:
+    """The health of the PostgreSQL server the service uses (``sibyl-pg doctor``'s checks):
+    settings, extensions, index validity, visibility-map coverage and statistics freshness of
+    the walk's tables, migrations, each with what to change and why (docs/doctor.md).
+
+    Org admin view: server-wide settings and the health of the shared tables, but no size, page
+    or row count (those would count other orgs' rows).
+    """
+    engine: AsyncEngine = request.app.state.engine
+    return await doctor_for_key(engine, credentials.credentials if credentials else None)

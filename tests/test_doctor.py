@@ -1,0 +1,271 @@
+"""``sibyl-pg doctor`` and ``GET /api/admin/doctor`` against the real test server.
+
+- The report states the settings the server really has (compared with ``SHOW`` on a plain
+  session), the test database is at head with every index of the walk, and the CLI exits 0.
+- A known-bad database (a throwaway one: rows never vacuumed nor analyzed, an invalid index left
+  by a failed ``CREATE INDEX CONCURRENTLY``, a dropped walk index) is flagged, and the CLI exits 1;
+  after ``VACUUM (ANALYZE)`` the visibility and statistics checks pass. Where the server ships
+  ``pg_visibility`` it is installed there, so the map itself is read.
+- The REST route: an org admin's admin key gets the report without sizes or row counts; every
+  other caller gets the 404 of an unknown route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+from app.core.db import make_engine, with_database
+from app.core.migrations import head_revision, upgrade
+from app.core.settings import get_settings
+from app.domain.doctor import WALK_TABLES, doctor_for_operator, expected_indexes
+from tests.builders import admin_sql, import_dicts, make_key
+from tests.world import World
+
+HIDDEN = {"detail": "Not found"}
+
+
+async def _show(url: str, *names: str) -> dict[str, str]:
+    conn = await asyncpg.connect(url)
+    try:
+        return {n: await conn.fetchval(f"SHOW {n}") for n in names}
+    finally:
+        await conn.close()
+
+
+async def _installed(url: str, extension: str) -> bool:
+    conn = await asyncpg.connect(url)
+    try:
+        return bool(
+            await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = $1", extension)
+        )
+    finally:
+        await conn.close()
+
+
+def _check(report: Any, name: str) -> Any:
+    (found,) = [c for c in report.checks if c.name == name]
+    return found
+
+
+async def test_the_report_states_the_servers_real_settings(engine, database_url):
+    report = await doctor_for_operator(engine)
+    shown = await _show(database_url, "autovacuum", "jit", "shared_buffers", "work_mem")
+    assert report.detail == "operator"
+    assert _check(report, "autovacuum").facts["autovacuum"] == shown["autovacuum"]
+    # the service's own connections run with jit = off; the doctor reports the server's value
+    assert _check(report, "jit").facts["jit"] == shown["jit"]
+    assert _check(report, "shared_buffers").facts["shared_buffers"] == shown["shared_buffers"]
+    assert _check(report, "work_mem").facts["work_mem"] == shown["work_mem"]
+    if shown["autovacuum"] == "off":
+        autovacuum = _check(report, "autovacuum")
+        assert autovacuum.status == "warn"
+        assert "autovacuum is off" in autovacuum.summary
+        assert "VACUUM (ANALYZE)" in autovacuum.advice and "Heap Fetches" in autovacuum.advice
+    assert _check(report, "migrations").status == "ok"
+    assert _check(report, "migrations").facts["database"] == [head_revision()]
+    indexes = _check(report, "indexes")
+    assert indexes.status == "ok", indexes.summary
+    assert {"pk_edges", "ix_edges_incoming", "ix_entities_read"} <= set(indexes.facts["expected"])
+    assert report.status != "fail"
+    version = await _show(database_url, "server_version_num")
+    assert _check(report, "version").facts["server_version_num"] == int(
+        version["server_version_num"]
+    )
+
+
+def test_cli_prints_the_checks_and_exits_0_without_failures(database_url):
+    result = CliRunner().invoke(cli, ["doctor"])
+    assert result.exit_code == 0, result.output
+    assert "autovacuum:" in result.output and "overall:" in result.output
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert {c["name"] for c in report["checks"]} >= {"autovacuum", "indexes", "visibility"}
+
+
+@pytest.mark.parametrize("database", ["no_such_database_here", None])
+def test_cli_exits_2_when_the_server_cannot_be_asked(database_url, monkeypatch, database):
+    url = (
+        with_database(database_url, database)
+        if database
+        else "postgresql://postgres@127.0.0.1:1/nothing_listens_on_port_1"
+    )
+    monkeypatch.setenv("DATABASE_URL", url)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(cli, ["doctor"])
+    finally:
+        monkeypatch.setenv("DATABASE_URL", database_url)
+        get_settings.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and "Traceback" not in result.output
+
+
+@pytest.fixture
+def bad_database(database_url, monkeypatch) -> Iterator[str]:
+    """A migrated throwaway database made sick: rows never vacuumed nor analyzed (autovacuum
+    disabled on their tables), an invalid index, a walk index dropped. ``DATABASE_URL`` points
+    at it for the CLI."""
+    name = f"sibyl_doctor_{secrets.token_hex(4)}"
+    admin = with_database(database_url, "postgres")
+    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
+    url = with_database(database_url, name)
+    try:
+        upgrade(url)
+
+        async def sicken() -> None:
+            conn = await asyncpg.connect(url)
+            try:
+                # no autovacuum run may fix what the test asserts broken (on a server where it
+                # is on); the doctor reports this too
+                for table in ("entities", "edges"):
+                    await conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+                await conn.execute("INSERT INTO orgs (id, name) VALUES ('org_a', 'A')")
+                await conn.execute(
+                    "INSERT INTO entities (org_id, id, type, name, scope) "
+                    "SELECT 'org_a', 'e' || i, 'note', 'n' || i, 'org' "
+                    "FROM generate_series(1, 300) i"
+                )
+                await conn.execute(
+                    "INSERT INTO edges (org_id, src_id, relationship, dst_id) "
+                    "SELECT 'org_a', 'e' || i, 'RELATED_TO', 'e' || (i % 300 + 1) "
+                    "FROM generate_series(1, 300) i"
+                )
+                with pytest.raises(asyncpg.UniqueViolationError):
+                    await conn.execute(
+                        "CREATE UNIQUE INDEX CONCURRENTLY ix_bad_edges ON edges (relationship)"
+                    )
+                await conn.execute("DROP INDEX ix_edges_incoming")
+                shipped = await conn.fetchval(
+                    "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_visibility'"
+                )
+                if shipped:  # then the doctor reads the visibility map itself
+                    await conn.execute("CREATE EXTENSION pg_visibility")
+            finally:
+                await conn.close()
+
+        asyncio.run(sicken())
+        monkeypatch.setenv("DATABASE_URL", url)
+        get_settings.cache_clear()
+        yield url
+    finally:
+        monkeypatch.setenv("DATABASE_URL", database_url)
+        get_settings.cache_clear()
+        asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def test_a_sick_database_is_flagged_and_vacuum_heals_what_it_can(bad_database):
+    async def report_of() -> Any:
+        eng = make_engine(bad_database)
+        try:
+            return await doctor_for_operator(eng)
+        finally:
+            await eng.dispose()
+
+    report = asyncio.run(report_of())
+    indexes = _check(report, "indexes")
+    assert indexes.status == "fail"
+    assert indexes.facts["invalid"] == ["ix_bad_edges"]
+    assert indexes.facts["missing"] == ["ix_edges_incoming"]
+    statistics = _check(report, "statistics")
+    assert statistics.status == "warn"
+    assert {"edges", "entities"} <= set(statistics.facts["never_analyzed"])
+    visibility = _check(report, "visibility")
+    assert visibility.status == "warn"
+    assert visibility.facts["tables"]["edges"]["all_visible"] == 0.0
+    assert visibility.facts["tables"]["edges"]["pages"] > 0
+    installed = asyncio.run(_installed(bad_database, "pg_visibility"))
+    assert (visibility.facts["source"] == "pg_visibility") is installed
+    autovacuum = _check(report, "autovacuum")
+    assert autovacuum.status == "warn"
+    assert autovacuum.facts["disabled_on"] == ["edges", "entities"]
+    assert report.status == "fail"
+
+    result = CliRunner().invoke(cli, ["doctor"])
+    assert result.exit_code == 1, result.output
+    assert "ix_bad_edges" in result.output and "never analyzed" in result.output
+
+    async def vacuum() -> None:
+        conn = await asyncpg.connect(bad_database)
+        try:
+            await conn.execute("VACUUM (ANALYZE) " + ", ".join(WALK_TABLES))
+        finally:
+            await conn.close()
+
+    asyncio.run(vacuum())
+    healed = asyncio.run(report_of())
+    assert _check(healed, "statistics").status == "ok"
+    assert _check(healed, "visibility").status == "ok"
+    assert _check(healed, "visibility").facts["tables"]["edges"]["all_visible"] == 1.0
+    assert _check(healed, "indexes").status == "fail"  # VACUUM does not rebuild indexes
+
+
+def test_expected_indexes_are_the_walks():
+    expected = expected_indexes()
+    assert expected["pk_edges"] == ("edges", ("org_id", "src_id", "relationship", "dst_id"))
+    assert expected["ix_entities_read"] == ("entities", ("org_id", "id"))
+    assert expected["ix_passages_parent"][0] == "passages"
+
+
+def _numbers_named(value: Any, path: str = "") -> list[str]:
+    """Paths of facts that would count rows, pages or bytes."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            here = f"{path}.{key}"
+            if any(word in key for word in ("bytes", "pages", "rows", "temp_files", "since")):
+                found.append(here)
+            found += _numbers_named(item, here)
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            found += _numbers_named(item, f"{path}[{n}]")
+    return found
+
+
+async def test_rest_doctor_is_for_org_admin_keys_only(engine, client, database_url):
+    w = World().entity("x")
+    await w.load(engine)
+    admin_user = f"user_admin_{w.org}"
+    await import_dicts(
+        engine,
+        [{"kind": "user", "id": admin_user, "org": w.org, "handle": "adm", "role": "admin"}],
+    )
+    admin_key = await make_key(engine, admin_user, scopes=("read", "admin"))
+    admin_read_key = await make_key(engine, admin_user, scopes=("read",))
+    member_key = await make_key(engine, w.user, scopes=("read", "write"))
+    restricted_key = await make_key(engine, admin_user, scopes=("read", "admin"), projects=["proj"])
+
+    r = await client.get("/api/admin/doctor", headers={"Authorization": f"Bearer {admin_key}"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["detail"] == "org_admin"
+    names = {c["name"] for c in body["checks"]}
+    assert {"autovacuum", "indexes", "visibility", "statistics", "migrations"} <= names
+    # settings and health, but nothing that counts rows of the shared tables (other orgs')
+    assert _numbers_named(body) == []
+    assert "bytes" not in r.text and "estimated_rows" not in r.text
+    shown = await _show(database_url, "autovacuum")
+    (autovacuum,) = [c for c in body["checks"] if c["name"] == "autovacuum"]
+    assert autovacuum["facts"]["autovacuum"] == shown["autovacuum"]
+
+    # the same answer as for a route that does not exist (and as the explain route's)
+    unknown = await client.get("/api/admin/no_such_route")
+    assert unknown.status_code == 404
+    for headers in (
+        {},
+        {"Authorization": "Bearer not-a-key"},
+        {"Authorization": f"Bearer {member_key}"},
+        {"Authorization": f"Bearer {admin_read_key}"},
+        {"Authorization": f"Bearer {restricted_key}"},
+    ):
+        r = await client.get("/api/admin/doctor", headers=headers)
+        assert (r.status_code, r.json()) == (404, HIDDEN)
