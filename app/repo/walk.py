@@ -193,6 +193,8 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE CAST(:include_incoming AS boolean)
+                -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
+                AND CAST(:rel_filter AS text[]) IS NOT NULL
                 AND p.org_id = :r_org AND p.parent_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed(PASSAGE_REL, "in_denied")}
