@@ -35,9 +35,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repo.readrule import readable
 
+# The seeds statement also switches this transaction to generic plans (``set_config(...,
+# true)``: transaction-local), so the walk that follows is planned once per pooled connection and
+# then only executed: its plan is made of per-node index probes whatever the org's size, and
+# planning it took 20-30 ms a call (docs/walk-plans.md §1). Evaluated once per resolved seed;
+# with none, no walk runs.
 SEEDS_SQL = text(
     f"""/* sibyl:expand_neighbors.seeds */
-SELECT s.id
+SELECT s.id, set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
 FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
 LEFT JOIN passages p ON p.org_id = :r_org AND p.id = s.id
 JOIN entities t ON t.org_id = :r_org AND t.id = coalesce(p.parent_id, s.id)
