@@ -630,6 +630,7 @@ async def measure_baseline_case(
 QUALITY_SAMPLES = 10  # capped-walk quality: seed sets compared with an uncapped walk
 PLANNING_SAMPLES = 10  # planning time: walks re-planned per case
 UNCAPPED = Settings(walk_hop_cap=100_000, walk_level_cap=1_000_000, walk_hub_degree=100_000)
+TIGHT = Settings(walk_hop_cap=8, walk_level_cap=16)  # caps far below the defaults: walks that cut
 
 
 async def measure_planning(
@@ -678,8 +679,12 @@ async def measure_quality(
                 exact = await expand_neighbors(
                     conn, work.reader, _expand_request(seeds, depth), settings=UNCAPPED
                 )
+                tight = await expand_neighbors(
+                    conn, work.reader, _expand_request(seeds, depth), settings=TIGHT
+                )
             want = {n.id for n in exact.neighbors}
             got = service[k].ids or []
+            small = [n.id for n in tight.neighbors]
             rows.append(
                 {
                     "capped": bool(service[k].capped),
@@ -687,6 +692,10 @@ async def measure_quality(
                     "in_exact": sum(1 for i in got if i in want),
                     "equal": got == [n.id for n in exact.neighbors],
                     "exact_capped": bool(exact.filters["frontier_capped"]),
+                    "tight_capped": bool(tight.filters["frontier_capped"]),
+                    "tight_returned": len(small),
+                    "tight_in_exact": sum(1 for i in small if i in want),
+                    "tight_equal": small == [n.id for n in exact.neighbors],
                 }
             )
     finally:
@@ -697,7 +706,20 @@ async def measure_quality(
         return round(100 * sum(r["in_exact"] for r in selected) / returned, 1) if returned else None
 
     capped = [r for r in rows if r["capped"]]
+    tight_rows = [
+        {"returned": r["tight_returned"], "in_exact": r["tight_in_exact"]}
+        for r in rows
+        if r["tight_capped"]
+    ]
     return {
+        "tight_caps": {
+            "hop_cap": TIGHT.walk_hop_cap,
+            "level_cap": TIGHT.walk_level_cap,
+            "capped": len(tight_rows),
+            "capped_in_exact_top_pct": share(tight_rows),
+            "flag_false_and_equal": sum(r["tight_equal"] for r in rows if not r["tight_capped"]),
+            "flag_false": sum(1 for r in rows if not r["tight_capped"]),
+        },
         "compared": len(rows),
         "capped": len(capped),
         "in_exact_top_pct": share(rows),
@@ -1192,6 +1214,15 @@ def evaluate_targets(results: dict[str, Any], spec: GraphSpec) -> list[dict[str,
     if planned:
         target("walk planning per call (generic reused), max ms", max(planned), 1)
     for key, q in (results.get("quality") or {}).items():
+        tight = q.get("tight_caps") or {}
+        if tight.get("capped_in_exact_top_pct") is not None:
+            target(
+                f"quality {key}, caps {tight['hop_cap']}/{tight['level_cap']}: capped top 24 in"
+                " exact top 24 %",
+                tight["capped_in_exact_top_pct"],
+                95,
+                at_least=True,
+            )
         if q.get("capped_in_exact_top_pct") is not None:
             target(
                 f"quality {key}: capped top 24 in exact top 24 %",
