@@ -390,8 +390,9 @@ LEFT JOIN LATERAL (
            coalesce(te.project_id, pe.project_id) AS project_id,
            coalesce(te.lifecycle, pe.lifecycle) AS lifecycle,
            coalesce(te.metadata, CAST('{{}}' AS jsonb)) AS metadata,
+           -- the preview's first characters only: a long body is not decompressed whole (its
+           -- full length is never needed: it fits iff the prefix is at most :preview_chars)
            left(coalesce(te.content, pp.content), :preview_chars + 1) AS content_prefix,
-           length(coalesce(te.content, pp.content)) AS content_length,
            pp.passage_index, pp.parent_id, pp.breadcrumb, pe.passage_total,
            CASE WHEN w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1 THEN (
              -- the community behind a synthetic hop: the smallest one the node shares with
@@ -426,7 +427,7 @@ class WalkRow:
     lifecycle: str
     metadata: dict[str, Any]
     content_prefix: str
-    content_length: int
+    content_length: int  # len(content_prefix): more than the budget iff the body does not fit
     passage_index: int | None
     parent_id: str | None
     breadcrumb: str | None
@@ -463,7 +464,9 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> tuple[lis
             lifecycle=r.lifecycle,
             metadata=dict(r.metadata),
             content_prefix=r.content_prefix,
-            content_length=r.content_length,
+            # content_prefix holds :preview_chars + 1 characters of a longer body: as a length,
+            # its own tells whether the body fits (app.domain.preview.preview_prefix)
+            content_length=len(r.content_prefix),
             passage_index=r.passage_index,
             parent_id=r.parent_id,
             breadcrumb=r.breadcrumb,
