@@ -442,7 +442,9 @@ async def make_workload(
 ) -> Workload:
     """Pick seed sets and slice targets (from the run's seed) for bench reader 1."""
     rng = random.Random(f"sibyl-bench-run:{spec.seed}")
-    async with engine.connect() as conn:
+    async with engine.begin() as conn:
+        # reads every readable id of the org: longer than the service's timeout at 1M memories
+        await conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
         reader = await reader_by_user(conn, user_id=summary.readers[0])
         if reader is None:
             raise RuntimeError(f"bench reader {summary.readers[0]} not found")
