@@ -182,3 +182,37 @@ async def _levels(engine, user: str, body: dict[str, Any], settings: Settings | 
             return int(node["Actual Rows"])
         stack.extend(node.get("Plans", []))
     raise AssertionError("no Recursive Union in the walk's plan")
+
+
+def test_caps_are_sized_from_the_request_not_the_graph():
+    from app.domain.expand import walk_params
+    from app.domain.reader import Reader
+
+    reader = Reader(
+        org_id="o",
+        user_id="u",
+        org_role="member",
+        scopes=frozenset({"read"}),
+        readable_projects=(),
+        restricted=False,
+    )
+
+    def caps(settings: Settings, limit: int, seeds: int) -> tuple[object, object]:
+        params = walk_params(
+            reader,
+            origins=[f"s{i}" for i in range(seeds)],
+            depth=3,
+            limit=limit,
+            preview_chars=0,
+            include_incoming=True,
+            relationship_types=None,
+            types=None,
+            project=None,
+            settings=settings,
+        )
+        return params["hop_cap"], params["level_cap"]
+
+    assert caps(Settings(), 24, 8) == (33, 100)
+    assert caps(Settings(), 1, 1) == (3, 8)
+    # configurable
+    assert caps(Settings(walk_hop_cap=5, walk_level_cap=7), 24, 8) == (5, 7)
