@@ -39,7 +39,9 @@ from app.repo.readrule import readable
 # true)``: transaction-local), so the walk that follows is planned once per pooled connection and
 # then only executed: its plan is made of per-node index probes whatever the org's size, and
 # planning it took 20-30 ms a call (docs/walk-plans.md §1). Evaluated once per resolved seed;
-# with none, no walk runs.
+# with none, no walk runs. The setting lasts until the transaction ends: a verb that sends other
+# statements after a walk in the same transaction runs them on generic plans too (context sends
+# its walks last).
 SEEDS_SQL = text(
     f"""/* sibyl:expand_neighbors.seeds */
 SELECT s.id, set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
