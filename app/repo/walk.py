@@ -5,17 +5,28 @@ one BFS *level*, its nodes held as parallel arrays (ids, relationships, directio
 predecessors), plus ``visited``: every node at distance ≤ that level. Keeping one row per level
 keeps the work table small (a row per node carrying the visited set grows quadratically), and
 lets each level anti-join its candidates against ``visited`` once, with a hash: a true
-breadth-first distance, not a per-path one. A level is built in three nested steps:
+breadth-first distance, not a per-path one. A level is built in these steps (§5 bounded work):
 
 1. ``h``: for each frontier node ``f``, one ``LATERAL`` union of hop arms (outgoing and incoming
    edges, outgoing and incoming mentions, a seed's community co-members (first hop only),
-   passage → parent, parent → passages). Each arm joins the entered node's ``entities`` row (a
-   passage: its parent's) and applies the read rule, the lifecycle rule and the project
-   confinement **before** its per-node cap (``LIMIT :hop_cap + 1``), so an unreadable memory is
-   neither a result nor a route, and hidden rows never eat the budget.
-2. ``best``: per unvisited entered node, its best hop (highest weight, then relationship name,
-   outgoing before incoming, then predecessor id); a row past a cap only raises ``capped``.
-3. ``kept``: at most ``:level_cap`` nodes (by weight, then id) become the next level.
+   passage → parent, parent → passages when ``PART_OF``/``DERIVED_FROM`` is named), each in
+   **weight order** (weight desc, relationship, neighbour id) and numbered (``ord``). An ordinary
+   node's edges are read whole; a hub's (over ``:hub_degree`` edges one way) one index range per
+   relationship, strongest first, stopping at ``:hop_cap + 1`` rows. Each arm joins the entered
+   node's ``entities`` row (a passage: its parent's) and applies the read rule, the lifecycle rule
+   and the project confinement **before** any cap, so an unreadable memory is neither a result
+   nor a route, and hidden rows never eat the budget.
+2. ``best``: per unvisited node among rows ``ord <= :hop_cap``, its best hop (highest weight,
+   then relationship name, outgoing before incoming, then predecessor id).
+3. ``ranked``/``kept``: a level before the last keeps ``:level_cap`` nodes (weight desc, id);
+   the last keeps the best ``:limit + 1`` of the asked types.
+4. ``cuts``: the best (score, distance, id) a dropped row or node could have had (and, before the
+   last level, any deeper node); ``held``: the best ``:limit + 1`` scores of the asked types so
+   far; ``done``: the early stop, once no deeper node can beat them.
+
+``flags`` turns the cuts into ``filters.frontier_capped``: false only when the answer's row
+``:limit + 1`` ranks strictly before every cut's bound, i.e. when the answer is exactly the
+reference one.
 
 The final SELECT scores each node, filters ``types`` (the answer, never the route), orders by
 score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``.
