@@ -224,7 +224,8 @@ def serve(
     url = database_url() if quiet else _database()
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
-    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+    # No access log: a line per request cost more than a short walk (issue 15); errors still log.
+    uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=False)
 
 
 @cli.command("mcp")

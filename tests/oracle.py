@@ -301,6 +301,10 @@ def allowed_hops(
         if follows(rel, "outgoing", relationship_types):
             hops.add(Hop(src, dst, rel, "outgoing"))
         if include_incoming and follows(rel, "incoming", relationship_types):
+            if src in g.passages and relationship_types is None:
+                # §5 (revised): a memory -> its own passages hop only when relationship_types
+                # names PART_OF or DERIVED_FROM (follows() checked the name is in the filter).
+                continue
             hops.add(Hop(dst, src, rel, "incoming"))
 
     # Community co-membership: a synthetic first hop, from a seed only.

@@ -176,7 +176,16 @@ async def test_preview_and_passage_fields(engine, client):
     body_text = "\n\n".join(f"# Part {i}\n\n" + "lorem ipsum " * 90 for i in range(4))
     w = World().entity("doc", type_="document", content=body_text)
     key = await w.load(engine)
-    body = (await expand(client, key, entity_ids=["doc"], content_max_chars=20, limit=24)).json()
+    body = (
+        await expand(
+            client,
+            key,
+            entity_ids=["doc"],
+            relationship_types=["PART_OF"],
+            content_max_chars=20,
+            limit=24,
+        )
+    ).json()
     spans = body["neighbors"]
     assert spans and all(n["type"] == "passage" for n in spans)
     for n in spans:
@@ -191,6 +200,30 @@ async def test_preview_and_passage_fields(engine, client):
         ("doc", "PART_OF", "outgoing")
     ]
     assert up["neighbors"][0]["widen_with"] is None
+
+
+async def test_default_expand_returns_none_of_the_seeds_own_passages(engine, client):
+    body_text = "\n\n".join(f"# Part {i}\n\n" + "lorem ipsum " * 90 for i in range(4))
+    w = World().entity("doc", type_="document", content=body_text).entity("other")
+    w.edge("doc", "REFERENCES", "other")
+    key = await w.load(engine)
+    # default: the graph around the seed, not its own spans (§5, revised)
+    body = (await expand(client, key, entity_ids=["doc"], depth=3, limit=24)).json()
+    assert ids_of(body) == ["other"]
+    # another relationship named: still no spans
+    body = (await expand(client, key, entity_ids=["doc"], relationship_types=["REFERENCES"])).json()
+    assert ids_of(body) == ["other"]
+    # naming PART_OF widens the memory into its spans
+    body = (await expand(client, key, entity_ids=["doc"], relationship_types=["part_of"])).json()
+    assert body["neighbors"] and all(n["parent_entity_id"] == "doc" for n in body["neighbors"])
+    # a passage still reaches its parent by default, but not its sibling spans
+    span = body["neighbors"][0]["id"]
+    up = (await expand(client, key, entity_ids=[span], depth=2, limit=24)).json()
+    assert ids_of(up) == ["doc", "other"]
+
+
+def ids_of(body: dict) -> list[str]:
+    return [n["id"] for n in body["neighbors"]]
 
 
 async def test_capped_walk_is_deterministic_and_says_so(engine):

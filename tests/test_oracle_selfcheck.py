@@ -166,6 +166,10 @@ def test_passage_is_exactly_as_readable_as_its_parent() -> None:
     assert readable(g, U, "passage_d_0")
     res = expand(g, U, ["passage_d_0"], depth=2)
     assert res["origins"] == ["passage_d_0"]
+    # A passage -> its parent hop is always allowed; the parent -> its passages hop only when
+    # relationship_types names PART_OF or DERIVED_FROM (§5, revised).
+    assert hops(res) == [("d", "PART_OF", "outgoing", 1, 0.64)]
+    res = expand(g, U, ["passage_d_0"], depth=2, relationship_types=["PART_OF"])
     # d1: the parent, by the outgoing PART_OF link; d2: the sibling span, incoming from d.
     assert hops(res) == [
         ("d", "PART_OF", "outgoing", 1, 0.64),
@@ -184,7 +188,9 @@ def test_passage_is_exactly_as_readable_as_its_parent() -> None:
 def test_passages_as_neighbors_of_their_parent() -> None:
     spans = [Passage(f"passage_o_{i}", "o", i, "DERIVED_FROM", "x") for i in range(2)]
     g = graph([ent("o", type="observation", lifecycle="superseded")], passages=spans)
-    res = expand(g, U, ["o"])
+    # Not by default (§5, revised): widening a memory into its spans is fetch_slice's job.
+    assert expand(g, U, ["o"])["neighbors"] == []
+    res = expand(g, U, ["o"], relationship_types=["DERIVED_FROM"])
     assert hops(res) == [
         ("passage_o_0", "DERIVED_FROM", "incoming", 1, 0.70),
         ("passage_o_1", "DERIVED_FROM", "incoming", 1, 0.70),
@@ -192,7 +198,12 @@ def test_passages_as_neighbors_of_their_parent() -> None:
     assert [n["lifecycle"] for n in res["neighbors"]] == ["superseded", "superseded"]
     assert [n["project_id"] for n in res["neighbors"]] == ["p", "p"]
     # The spans sit on the incoming side: an outgoing-only walk does not see them.
-    assert expand(g, U, ["o"], include_incoming=False)["neighbors"] == []
+    assert (
+        expand(g, U, ["o"], include_incoming=False, relationship_types=["DERIVED_FROM"])[
+            "neighbors"
+        ]
+        == []
+    )
     # Filtering on another relationship name hides them too.
     assert expand(g, U, ["o"], relationship_types=["PART_OF"])["neighbors"] == []
     # A passage whose parent is retired is not a seed.

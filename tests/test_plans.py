@@ -224,19 +224,21 @@ async def test_slice_plans_never_scan_a_table(plan_engine, graph, body, mode):
 async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
     database_url, graph, engine
 ):
-    # A depth-3 walk from the five hubs with the default caps examines thousands of rows per
+    # A depth-3 walk from the five hubs with caps opened wide examines thousands of rows per
     # level (about 2 s of work, 600k buffers), while authenticating a key takes well under 1 ms.
+    # (With the default caps, sized from `limit`, that walk stops after level 1 in milliseconds.)
     key = await make_key(engine, graph.admin, scopes=("read", "admin"))
     tiny = make_engine(database_url, statement_timeout_ms=25, settings=_settings(pool_size=1))
+    wide = _settings(walk_hop_cap=100_000, walk_level_cap=1_000_000, walk_hub_degree=100_000)
     failed: list[str] = []
 
     def on_error(context: Any) -> None:
         failed.append(explain_repo.statement_name(context.statement or ""))
 
     event.listen(tiny.sync_engine, "handle_error", on_error)
-    app = create_app(tiny)
+    app = create_app(tiny, settings=wide)
     headers = {"Authorization": f"Bearer {key}"}
-    walk = {"entity_ids": [graph.entity(i) for i in range(1, 6)], "depth": 3}
+    walk = {"entity_ids": [graph.entity(i) for i in range(1, 6)], "depth": 3, "types": ["zzz"]}
     try:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -265,13 +267,16 @@ async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
 async def test_an_explain_cut_by_the_timeout_leaves_no_prepared_statement(database_url, graph):
     one = make_engine(database_url, statement_timeout_ms=60_000, settings=_settings(pool_size=1))
     try:
-        request = ExpandRequest(entity_ids=[graph.entity(1), graph.entity(2)], depth=3)
+        request = ExpandRequest(
+            entity_ids=[graph.entity(1), graph.entity(2)], depth=3, types=["zzz"]
+        )
+        wide = _settings(walk_hop_cap=100_000, walk_level_cap=1_000_000, walk_hub_degree=100_000)
         with pytest.raises(sa_exc.DBAPIError) as caught:
             async with explain_repo.rolled_back_read(one) as conn:
                 reader = await reader_by_user(conn, user_id=graph.member)
                 assert reader is not None
                 async with explain_repo.capture(conn) as captured:
-                    await verbs()["expand"].run(conn, reader, request, _settings(**SMALL_CAPS))
+                    await verbs()["expand"].run(conn, reader, request, wide)
                 await conn.exec_driver_sql("SET LOCAL statement_timeout = 20")
                 await explain_repo.explain_statement(conn, captured[-1])
         assert "57014" in str(getattr(caught.value.orig, "sqlstate", "")) or "cancel" in str(

@@ -33,8 +33,12 @@ async def slice_ids(client, key, entity_id: str) -> list[str]:
     return [p["id"] for p in r.json()["passages"]]
 
 
-async def neighbor_ids(client, key, seeds: list[str], depth: int = 1) -> list[str]:
-    body = {"entity_ids": seeds, "depth": depth, "limit": 24}
+async def neighbor_ids(
+    client, key, seeds: list[str], depth: int = 1, rels: list[str] | None = None
+) -> list[str]:
+    body: dict = {"entity_ids": seeds, "depth": depth, "limit": 24}
+    if rels is not None:  # a memory's own spans come only when PART_OF/DERIVED_FROM is named
+        body["relationship_types"] = rels
     r = await call(client, "POST", "/api/search/expand", key, json=body)
     assert r.status_code == 200, r.text
     return [n["id"] for n in r.json()["neighbors"]]
@@ -178,7 +182,7 @@ async def test_an_edit_from_five_spans_to_two_leaves_nothing_stale(engine, clien
     assert r.status_code == 201 and r.json()["passage_total"] == 5
     old = await slice_ids(client, ann, "doc")
     assert len(old) == 5
-    assert set(old) <= set(await neighbor_ids(client, ann, ["doc"]))
+    assert set(old) <= set(await neighbor_ids(client, ann, ["doc"], rels=["PART_OF"]))
     assert set(old) & await search_ids(client, ann, "quokka3")
 
     new_content, new_spans = tiled(["# New A\n\nplatypus one.\n\n", "# New B\n\nplatypus two.\n"])
@@ -196,7 +200,7 @@ async def test_an_edit_from_five_spans_to_two_leaves_nothing_stale(engine, clien
     for stale in old:
         r = await call(client, "POST", "/api/search/slice", ann, json={"entity_id": stale})
         assert answer(r) == NOT_FOUND
-    neighbors = await neighbor_ids(client, ann, ["doc"])
+    neighbors = await neighbor_ids(client, ann, ["doc"], rels=["PART_OF"])
     assert set(new) <= set(neighbors) and not set(old) & set(neighbors)
     r = await call(client, "POST", "/api/search/expand", ann, json={"entity_ids": old})
     assert r.json()["origins"] == [] and r.json()["unresolved"] == old
@@ -284,7 +288,8 @@ async def test_tightening_scope_without_a_body_edit_hides_every_derived_row(engi
 
     spans = await slice_ids(client, vic, "longdoc")  # a viewer of p1 reads it, for now
     assert len(spans) >= 3
-    assert set(spans) <= set(await neighbor_ids(client, vic, ["n1"], depth=2))
+    linked = await neighbor_ids(client, vic, ["n1"], depth=2, rels=["REFERENCES", "PART_OF"])
+    assert set(spans) <= set(linked)
     assert set(spans) & await search_ids(client, vic, "wombat2_7")
 
     r = await call(client, "PATCH", "/api/entities/longdoc", ann, json={"scope": "private"})
@@ -502,7 +507,13 @@ async def test_evidence_and_prose_projections_on_rest_writes(engine, client):
     assert sliced["covers_parent"] is False
     assert [p["breadcrumb"] for p in sliced["passages"]] == [None, None, None]
     hops = (
-        await call(client, "POST", "/api/search/expand", ann, json={"entity_ids": ["run"]})
+        await call(
+            client,
+            "POST",
+            "/api/search/expand",
+            ann,
+            json={"entity_ids": ["run"], "relationship_types": ["DERIVED_FROM", "PART_OF"]},
+        )
     ).json()
     assert {n["relationship"] for n in hops["neighbors"] if n["parent_entity_id"] == "run"} == {
         "DERIVED_FROM"

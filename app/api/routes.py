@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -76,7 +76,7 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 @search.post("/expand", response_model=ExpandResponse)
-async def expand(body: ExpandRequest, request: Request, credentials: Credentials) -> ExpandResponse:
+async def expand(body: ExpandRequest, request: Request, credentials: Credentials) -> Response:
     """``expand_neighbors``: the authorized graph neighborhood of up to 8 seeds (contract §5).
 
     Bounds are clamped, never rejected: depth 1-3 (default 1), limit 1-24 (default 8),
@@ -88,7 +88,10 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
     async def verb(conn: AsyncConnection, reader: Reader) -> ExpandResponse:
         return await expand_neighbors(conn, reader, body, settings=request.app.state.settings)
 
-    return await run_read(_engine(request), _key(credentials), verb)
+    result = await run_read(_engine(request), _key(credentials), verb)
+    # Serialized once, by pydantic-core: the response model is already validated, and FastAPI's
+    # response_model path would dump, re-validate and serialize it again (the hot path, issue 15).
+    return Response(result.model_dump_json(), media_type="application/json")
 
 
 @search.post("/slice", response_model=SliceResponse)

@@ -88,6 +88,7 @@ WITH RECURSIVE walk(id, distance, relationship, dir_rank, weight, pred, path) AS
             FROM passages p
             JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
             WHERE CAST(:include_incoming AS boolean)
+              AND CAST(:rel_filter AS text[]) IS NOT NULL  -- own spans only when named
               AND p.org_id = :r_org AND p.parent_id = w.id
               AND {allowed(PASSAGE_REL, "in_denied")}
               AND {ENTER}

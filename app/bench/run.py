@@ -56,7 +56,7 @@ from app.bench import database as benchdb
 from app.bench.baseline import BASELINE_SQL
 from app.bench.generate import COMMON_TERM, RARE_TERM, GenerateSummary, GraphSpec, generate
 from app.core.db import make_engine, read_tx
-from app.core.settings import get_settings
+from app.core.settings import Settings, get_settings
 from app.domain.expand import expand_neighbors, walk_params
 from app.domain.reader import Reader
 from app.domain.schemas import ExpandRequest, SliceRequest
@@ -65,6 +65,7 @@ from app.repo.explain import (
     CapturedStatement,
     capture,
     explain_statement,
+    planning_ms,
     rolled_back_read,
 )
 from app.repo.readers import reader_by_user
@@ -441,7 +442,9 @@ async def make_workload(
 ) -> Workload:
     """Pick seed sets and slice targets (from the run's seed) for bench reader 1."""
     rng = random.Random(f"sibyl-bench-run:{spec.seed}")
-    async with engine.connect() as conn:
+    async with engine.begin() as conn:
+        # reads every readable id of the org: longer than the service's timeout at 1M memories
+        await conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
         reader = await reader_by_user(conn, user_id=summary.readers[0])
         if reader is None:
             raise RuntimeError(f"bench reader {summary.readers[0]} not found")
@@ -626,6 +629,109 @@ async def measure_baseline_case(
     return out, agree
 
 
+QUALITY_SAMPLES = 10  # capped-walk quality: seed sets compared with an uncapped walk
+PLANNING_SAMPLES = 10  # planning time: walks re-planned per case
+UNCAPPED = Settings(walk_hop_cap=100_000, walk_level_cap=1_000_000, walk_hub_degree=100_000)
+TIGHT = Settings(walk_hop_cap=8, walk_level_cap=16)  # caps far below the defaults: walks that cut
+
+
+async def measure_planning(
+    engine: AsyncEngine, work: Workload, *, depth: int, kind: str, samples: int
+) -> dict[str, Any]:
+    """Planning time of the walk statement for the case's first seed sets: planned with its
+    values (custom) and the planning step of an execution on a cached generic plan (what the
+    service pays; :func:`app.repo.explain.planning_ms`)."""
+    custom: list[float] = []
+    generic: list[float] = []
+    for seeds in work.seed_sets[kind][WARMUP_CALLS : WARMUP_CALLS + samples]:
+        async with read_tx(engine) as conn, capture(conn) as captured:
+            await expand_neighbors(conn, work.reader, _expand_request(seeds, depth))
+        walk = [st for st in captured if st.name == "sibyl:expand_neighbors"]
+        if not walk:
+            continue
+        async with rolled_back_read(engine) as conn:
+            c, g = await planning_ms(conn, walk[0])
+        custom.append(c)
+        generic.append(g)
+    return {
+        "n": len(custom),
+        "custom_ms": {"p50": _r(percentile(custom, 0.5), 3), "max": _r(max(custom or [0]), 3)},
+        "generic_reused_ms": {
+            "p50": _r(percentile(generic, 0.5), 3),
+            "max": _r(max(generic or [0]), 3),
+        },
+    }
+
+
+async def measure_quality(
+    url: str, work: Workload, service: list[Sample], *, depth: int, kind: str, samples: int
+) -> dict[str, Any]:
+    """How many of the returned top ``LIMIT`` are in the exact top ``LIMIT``: the case's first
+    ``samples`` walks against the same walk with every cap opened (:data:`UNCAPPED`, exact by
+    construction: nothing is cut, and the early stop is exact), over all walks and over those
+    that said ``frontier_capped``."""
+    engine = make_engine(url, statement_timeout_ms=120_000)
+    rows: list[dict[str, Any]] = []
+    try:
+        sets = work.seed_sets[kind][WARMUP_CALLS : WARMUP_CALLS + samples]
+        for k, seeds in enumerate(sets):
+            if k >= len(service) or service[k].ids is None:
+                continue
+            async with read_tx(engine) as conn:
+                exact = await expand_neighbors(
+                    conn, work.reader, _expand_request(seeds, depth), settings=UNCAPPED
+                )
+                tight = await expand_neighbors(
+                    conn, work.reader, _expand_request(seeds, depth), settings=TIGHT
+                )
+            want = {n.id for n in exact.neighbors}
+            got = service[k].ids or []
+            small = [n.id for n in tight.neighbors]
+            rows.append(
+                {
+                    "capped": bool(service[k].capped),
+                    "returned": len(got),
+                    "in_exact": sum(1 for i in got if i in want),
+                    "equal": got == [n.id for n in exact.neighbors],
+                    "exact_capped": bool(exact.filters["frontier_capped"]),
+                    "tight_capped": bool(tight.filters["frontier_capped"]),
+                    "tight_returned": len(small),
+                    "tight_in_exact": sum(1 for i in small if i in want),
+                    "tight_equal": small == [n.id for n in exact.neighbors],
+                }
+            )
+    finally:
+        await engine.dispose()
+
+    def share(selected: list[dict[str, Any]]) -> float | None:
+        returned = sum(r["returned"] for r in selected)
+        return round(100 * sum(r["in_exact"] for r in selected) / returned, 1) if returned else None
+
+    capped = [r for r in rows if r["capped"]]
+    tight_rows = [
+        {"returned": r["tight_returned"], "in_exact": r["tight_in_exact"]}
+        for r in rows
+        if r["tight_capped"]
+    ]
+    return {
+        "tight_caps": {
+            "hop_cap": TIGHT.walk_hop_cap,
+            "level_cap": TIGHT.walk_level_cap,
+            "capped": len(tight_rows),
+            "capped_in_exact_top_pct": share(tight_rows),
+            "flag_false_and_equal": sum(r["tight_equal"] for r in rows if not r["tight_capped"]),
+            "flag_false": sum(1 for r in rows if not r["tight_capped"]),
+        },
+        "compared": len(rows),
+        "capped": len(capped),
+        "in_exact_top_pct": share(rows),
+        "capped_in_exact_top_pct": share(capped),
+        "identical_answers": sum(r["equal"] for r in rows),
+        "uncapped_flag_false_and_equal": sum(r["equal"] for r in rows if not r["capped"]),
+        "uncapped_walks_capped": sum(r["exact_capped"] for r in rows),
+    }
+
+
 async def measure_all(
     url: str, spec: GraphSpec, summary: GenerateSummary, options: RunOptions, log: Log
 ) -> tuple[dict[str, Any], list[list[str]]]:
@@ -669,6 +775,29 @@ async def measure_all(
                     f" p99 {s['db_ms']['p99']} ms, buffers p50 {s['buffers']['p50']},"
                     f" timeouts {s['timeouts']}/{s['n']}"
                 )
+        planning: dict[str, Any] = {}
+        quality: dict[str, Any] = {}
+        for depth in DEPTHS:
+            for kind in SEED_KINDS:
+                key = f"d{depth}_{kind}"
+                planning[key] = await measure_planning(
+                    engine, work, depth=depth, kind=kind, samples=PLANNING_SAMPLES
+                )
+                log(
+                    f"planning depth {depth} {kind}: custom p50"
+                    f" {planning[key]['custom_ms']['p50']} ms, generic reused p50"
+                    f" {planning[key]['generic_reused_ms']['p50']} ms"
+                )
+                if kind == "hub":
+                    quality[key] = await measure_quality(
+                        url,
+                        work,
+                        service[(depth, kind)],
+                        depth=depth,
+                        kind=kind,
+                        samples=QUALITY_SAMPLES,
+                    )
+                    log(f"quality depth {depth} {kind}: {quality[key]}")
         slices = await measure_slices(
             engine,
             work,
@@ -746,6 +875,8 @@ async def measure_all(
             "reader": work.reader.user_id,
             "readable_hubs": len(work.readable_hubs),
             "expand": cases,
+            "planning": planning,
+            "quality": quality,
             "fetch_slice": summarize(slices, timeout_ms),
             "search": searches or None,
         }
@@ -773,6 +904,31 @@ def _peak_rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _backend_cpu_seconds(url: str) -> float:
+    """CPU seconds of the database backends serving the ``sibyl-pg`` server on this database
+    (read from /proc: the server runs on this machine)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        pids = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+            " AND application_name = 'sibyl-pg' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await conn.close()
+    return sum(_cpu_seconds(int(r["pid"])) for r in pids)
 
 
 def _server_command(port: int) -> list[str]:
@@ -881,7 +1037,17 @@ def measure_rest(
             base = f"http://127.0.0.1:{port}"
             _wait_ready(base, proc, timeout_s=60.0)
             rss_idle = _peak_rss_mb(proc.pid)
+            one = asyncio.run(
+                _load(base, key, work_sets, clients=1, seconds=min(10.0, options.load_seconds))
+            )
+            log(
+                f"REST one client: p50 {one['latency_ms']['p50']} ms,"
+                f" {one['throughput_rps']} req/s, errors {one['errors']}"
+            )
             log(f"REST: server pid {proc.pid} on port {port}; {options.clients} clients")
+            before = _cpu_seconds(proc.pid), asyncio.run(_backend_cpu_seconds(url))
+            load_cpu = time.process_time()
+            wall = time.monotonic()
             result = asyncio.run(
                 _load(
                     base,
@@ -891,6 +1057,19 @@ def measure_rest(
                     seconds=options.load_seconds,
                 )
             )
+            wall = time.monotonic() - wall
+            load_cpu = time.process_time() - load_cpu
+            after = _cpu_seconds(proc.pid), asyncio.run(_backend_cpu_seconds(url))
+            result["one_client"] = one
+            result["cpu_seconds"] = {
+                "wall": round(wall, 1),
+                "server": round(after[0] - before[0], 1),
+                "postgres_backends": round(after[1] - before[1], 1),
+                "load_generator": round(load_cpu, 1),
+                "machine_capacity": round(wall * (os.cpu_count() or 1), 1),
+                "note": "the database backends of the server's pool only; other sessions "
+                "on the machine take the rest",
+            }
             result["server_peak_rss_mb"] = _peak_rss_mb(proc.pid)
             result["server_rss_after_start_mb"] = rss_idle
         finally:
@@ -1025,12 +1204,44 @@ def evaluate_targets(results: dict[str, Any], spec: GraphSpec) -> list[dict[str,
         target("expand depth 3 hubs: db p99 ms", hub3["service"]["db_ms"]["p99"], 30)
         target("expand depth 3 hubs: x faster than baseline", hub3["ratio_p50"], 100, at_least=True)
         target("expand depth 3 hubs: shared buffers p95", hub3["service"]["buffers"]["p95"], 5000)
+    for depth in DEPTHS:
+        case = _case(results, depth, "random")
+        if case:
+            target(
+                f"expand depth {depth} random: shared buffers p95",
+                case["service"]["buffers"]["p95"],
+                5000,
+            )
+    planned = [p["generic_reused_ms"]["max"] for p in (results.get("planning") or {}).values()]
+    if planned:
+        target("walk planning per call (generic reused), max ms", max(planned), 1)
+    for key, q in (results.get("quality") or {}).items():
+        tight = q.get("tight_caps") or {}
+        if tight.get("capped_in_exact_top_pct") is not None:
+            target(
+                f"quality {key}, caps {tight['hop_cap']}/{tight['level_cap']}: capped top 24 in"
+                " exact top 24 %",
+                tight["capped_in_exact_top_pct"],
+                95,
+                at_least=True,
+            )
+        if q.get("capped_in_exact_top_pct") is not None:
+            target(
+                f"quality {key}: capped top 24 in exact top 24 %",
+                q["capped_in_exact_top_pct"],
+                95,
+                at_least=True,
+            )
+        target(f"quality {key}: top 24 in exact top 24 %", q["in_exact_top_pct"], 95, at_least=True)
     target("fetch_slice: db p50 ms", results["fetch_slice"]["db_ms"]["p50"], 3)
     search = (results.get("search") or {}).get("common")
     target("search (~100k x scale passages): db p50 ms", search and search["db_ms"]["p50"], 30)
     rest = results.get("rest")
     if rest:
-        target("REST expand depth 2, 16 clients: p50 ms", rest["latency_ms"]["p50"], 20)
+        target("REST expand depth 2, 16 clients: req/s", rest["throughput_rps"], 300, at_least=True)
+        one = rest.get("one_client")
+        if one:
+            target("REST expand depth 2, one client: p50 ms", one["latency_ms"]["p50"], 10)
         target("REST: errors", rest["errors"], 0)
         target("server peak RSS MB", rest["server_peak_rss_mb"], 400)
     for t in out:
@@ -1220,6 +1431,7 @@ def run_benchmark(spec: GraphSpec, options: RunOptions, *, log: Log) -> dict[str
         "settings": {
             "walk_hop_cap": settings.walk_hop_cap,
             "walk_level_cap": settings.walk_level_cap,
+            "walk_hub_degree": settings.walk_hub_degree,
             "statement_timeout_ms": settings.statement_timeout_ms,
             "samples": options.samples,
             "baseline_samples": options.baseline_samples,

@@ -6,11 +6,12 @@ Every variable is optional; the defaults run the service on a fresh machine:
   ``SIBYL_DATA_DIR/pg`` is started and used (contract §11).
 - ``SIBYL_DATA_DIR``: the project's data folder (default ``<project>/.data``).
 - ``SIBYL_PEPS_DIR``: the PEP corpus (default ``<project>/../shared/data/peps``).
-- ``SIBYL_WALK_HOP_CAP``: rows one node may contribute per hop arm (default 64: a memory's 64
-  spans fit), §5 bounded work.
-- ``SIBYL_WALK_LEVEL_CAP``: nodes one walk level may keep, best weight first (default 256),
-  §5 bounded work. Measured (docs/walk-plans.md): depth 3 from 5 hubs on a 100k-edge graph
-  takes ~115 ms at 64/256, ~1.8 s at 1000/5000.
+- ``SIBYL_WALK_HOP_CAP``: rows one node may enter per hop arm, strongest hops first (default:
+  sized from the request, ``limit + 1 + seeds``), §5 bounded work.
+- ``SIBYL_WALK_LEVEL_CAP``: nodes a walk level before the last may keep, best weight first
+  (default: ``4 × (limit + 1)``), §5 bounded work.
+- ``SIBYL_WALK_HUB_DEGREE``: a node with more edges one way than this is read one relationship
+  at a time, strongest first, instead of whole (default 64; docs/walk-plans.md).
 - ``SIBYL_SEARCH_CANDIDATE_CAP``: readable matches each search lane ranks (default 500), §8
   bounded cost (see :mod:`app.domain.search`).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
@@ -39,8 +40,9 @@ class Settings(BaseSettings):
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path = PROJECT_ROOT / ".data"
     peps_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "peps"
-    walk_hop_cap: int = Field(default=64, ge=1, le=100_000)
-    walk_level_cap: int = Field(default=256, ge=1, le=1_000_000)
+    walk_hop_cap: int | None = Field(default=None, ge=1, le=100_000)
+    walk_level_cap: int | None = Field(default=None, ge=1, le=1_000_000)
+    walk_hub_degree: int = Field(default=64, ge=0, le=100_000)
     search_candidate_cap: int = Field(default=500, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)

@@ -33,9 +33,18 @@ def walk_params(
     project: str | None,
     settings: Settings,
 ) -> dict[str, object]:
-    """Every bound parameter of the walk statement for one request (also used by ``explain``)."""
+    """Every bound parameter of the walk statement for one request (also used by ``explain``).
+
+    The caps (§5 bounded work) are sized from the answer, not the graph, unless configured:
+    ``hop_cap`` (rows one node may enter per hop arm) = ``limit + 1 + len(origins)``,
+    ``level_cap`` (nodes a level before the last may keep) = ``4 × (limit + 1)``.
+    """
     rules = policy.hop_rules(relationship_types)
     rels, weights = policy.weight_arrays()
+    out_order = policy.hop_order(rules, outgoing=True)
+    in_order = policy.hop_order(rules, outgoing=False)
+    hop_cap = settings.walk_hop_cap or limit + 1 + len(origins)
+    level_cap = settings.walk_level_cap or policy.LEVEL_CAP_FACTOR * (limit + 1)
     return {
         **reader.params(),
         "seed_ids": origins,
@@ -54,8 +63,15 @@ def walk_params(
         "decay": policy.DECAY,
         "score_min": policy.SCORE_MIN,
         "score_max": policy.SCORE_MAX,
-        "hop_cap": settings.walk_hop_cap,
-        "level_cap": settings.walk_level_cap,
+        "hop_cap": hop_cap,
+        "level_cap": level_cap,
+        "hub_degree": settings.walk_hub_degree,
+        "out_tiers": out_order.tiers,
+        "out_exact": out_order.exact,
+        "in_tiers": in_order.tiers,
+        "in_exact": in_order.exact,
+        "weighted_rels": policy.weighted_relationships(),
+        "max_weight": policy.max_weight(relationship_types),
     }
 
 

@@ -39,6 +39,7 @@ class Bound:
 
 
 MAX_SEEDS = 8
+LEVEL_CAP_FACTOR = 4  # default level cap: 4 × (limit + 1) nodes a level (§5 bounded work)
 DEPTH = Bound(1, 3, 1)
 LIMIT = Bound(1, 24, 8)
 PREVIEW_CHARS = Bound(0, 50_000, 500)
@@ -143,6 +144,52 @@ def hop_rules(relationship_types: list[str] | None) -> HopRules:
         out_denied=out_denied,
         in_denied=in_denied,
     )
+
+
+@dataclass(frozen=True)
+class HopOrder:
+    """The order in which a hub's edges are read one way (contract §5, bounded work).
+
+    ``tiers``: the relationships to read one index range each, strongest first (weight desc,
+    then name), with ``None`` at the place of every relationship of the default weight (read
+    together, in name order); ``exact``: the tiers after which no other allowed relationship of
+    the same weight follows (a cut inside one drops only larger neighbour ids of that weight).
+    """
+
+    tiers: list[str | None]
+    exact: list[str]
+
+
+def hop_order(rules: HopRules, *, outgoing: bool) -> HopOrder:
+    """The tiers of one direction for a request's ``rules`` (see :class:`HopOrder`)."""
+    named = [
+        (-p.weight, rel)
+        for rel, p in RELATIONSHIPS.items()
+        if p.weight != UNKNOWN_WEIGHT and rules.allows(rel, outgoing=outgoing)
+    ]
+    named.sort()
+    tiers: list[str | None] = [rel for _, rel in named]
+    default_allowed = rules.rel_filter is None or any(
+        weight(rel) == UNKNOWN_WEIGHT and rules.allows(rel, outgoing=outgoing)
+        for rel in rules.rel_filter
+    )
+    if default_allowed:
+        at = sum(1 for w, _ in named if -w > UNKNOWN_WEIGHT)
+        tiers.insert(at, None)
+    exact = [rel for i, (w, rel) in enumerate(named) if i + 1 == len(named) or named[i + 1][0] != w]
+    return HopOrder(tiers=tiers, exact=exact)
+
+
+def weighted_relationships() -> list[str]:
+    """Every §4 relationship whose weight is not the default one (a hub reads each alone)."""
+    return sorted(rel for rel, p in RELATIONSHIPS.items() if p.weight != UNKNOWN_WEIGHT)
+
+
+def max_weight(relationship_types: list[str] | None) -> float:
+    """The largest weight a hop may have under ``relationship_types`` (None: every one)."""
+    if relationship_types is None:
+        return max(p.weight for p in RELATIONSHIPS.values())
+    return max((weight(rel) for rel in relationship_types), default=UNKNOWN_WEIGHT)
 
 
 def weight_arrays() -> tuple[list[str], list[float]]:

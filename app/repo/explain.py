@@ -244,3 +244,29 @@ def psql_script(plan: StatementPlan, *, mode: PlanMode = "custom") -> str:
         "ROLLBACK;",
     ]
     return "\n".join(lines)
+
+
+async def planning_ms(conn: AsyncConnection, statement: CapturedStatement) -> tuple[float, float]:
+    """Planning time of ``statement`` with its captured values, in ms: (custom, generic reused).
+
+    *custom*: planned with the values (``EXPLAIN (SUMMARY)`` under ``force_custom_plan``, not
+    executed); *generic reused*: the planning step of an execution whose generic plan is already
+    cached (``EXPLAIN (ANALYZE, SUMMARY)`` of the second ``EXECUTE`` under ``force_generic_plan``),
+    what the service pays per walk on a pooled connection. Call it inside
+    :func:`rolled_back_read`.
+    """
+    name, types = await _prepare(conn, statement.sql)
+    literals = await _literals(conn, statement.parameters, types)
+    args = f"({', '.join(literals)})" if literals else ""
+    times: list[float] = []
+    for mode, options in (
+        ("force_custom_plan", "SUMMARY, FORMAT JSON"),
+        ("force_generic_plan", "ANALYZE, SUMMARY, FORMAT JSON"),
+        ("force_generic_plan", "ANALYZE, SUMMARY, FORMAT JSON"),
+    ):
+        await conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = {mode}")
+        rows = (await conn.exec_driver_sql(f"EXPLAIN ({options}) EXECUTE {name}{args}")).all()
+        times.append(float(_plan(rows, "json")[0].get("Planning Time", 0.0)))
+    await conn.exec_driver_sql("SET LOCAL plan_cache_mode TO DEFAULT")
+    await _deallocate(conn, name)
+    return times[0], times[2]

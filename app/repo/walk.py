@@ -5,17 +5,28 @@ one BFS *level*, its nodes held as parallel arrays (ids, relationships, directio
 predecessors), plus ``visited``: every node at distance ≤ that level. Keeping one row per level
 keeps the work table small (a row per node carrying the visited set grows quadratically), and
 lets each level anti-join its candidates against ``visited`` once, with a hash: a true
-breadth-first distance, not a per-path one. A level is built in three nested steps:
+breadth-first distance, not a per-path one. A level is built in these steps (§5 bounded work):
 
 1. ``h``: for each frontier node ``f``, one ``LATERAL`` union of hop arms (outgoing and incoming
    edges, outgoing and incoming mentions, a seed's community co-members (first hop only),
-   passage → parent, parent → passages). Each arm joins the entered node's ``entities`` row (a
-   passage: its parent's) and applies the read rule, the lifecycle rule and the project
-   confinement **before** its per-node cap (``LIMIT :hop_cap + 1``), so an unreadable memory is
-   neither a result nor a route, and hidden rows never eat the budget.
-2. ``best``: per unvisited entered node, its best hop (highest weight, then relationship name,
-   outgoing before incoming, then predecessor id); a row past a cap only raises ``capped``.
-3. ``kept``: at most ``:level_cap`` nodes (by weight, then id) become the next level.
+   passage → parent, parent → passages when ``PART_OF``/``DERIVED_FROM`` is named), each in
+   **weight order** (weight desc, relationship, neighbour id) and numbered (``ord``). An ordinary
+   node's edges are read whole; a hub's (over ``:hub_degree`` edges one way) one index range per
+   relationship, strongest first, stopping at ``:hop_cap + 1`` rows. Each arm joins the entered
+   node's ``entities`` row (a passage: its parent's) and applies the read rule, the lifecycle rule
+   and the project confinement **before** any cap, so an unreadable memory is neither a result
+   nor a route, and hidden rows never eat the budget.
+2. ``best``: per unvisited node among rows ``ord <= :hop_cap``, its best hop (highest weight,
+   then relationship name, outgoing before incoming, then predecessor id).
+3. ``ranked``/``kept``: a level before the last keeps ``:level_cap`` nodes (weight desc, id);
+   the last keeps the best ``:limit + 1`` of the asked types.
+4. ``cuts``: the best (score, distance, id) a dropped row or node could have had (and, before the
+   last level, any deeper node); ``held``: the best ``:limit + 1`` scores of the asked types so
+   far; ``done``: the early stop, once no deeper node can beat them.
+
+``flags`` turns the cuts into ``filters.frontier_capped``: false only when the answer's row
+``:limit + 1`` ranks strictly before every cut's bound, i.e. when the answer is exactly the
+reference one.
 
 The final SELECT scores each node, filters ``types`` (the answer, never the route), orders by
 score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``.
@@ -35,9 +46,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repo.readrule import readable
 
+# The seeds statement also switches this transaction to generic plans (``set_config(...,
+# true)``: transaction-local), so the walk that follows is planned once per pooled connection and
+# then only executed: its plan is made of per-node index probes whatever the org's size, and
+# planning it took 20-30 ms a call (docs/walk-plans.md §1). Evaluated once per resolved seed;
+# with none, no walk runs. The setting lasts until the transaction ends: a verb that sends other
+# statements after a walk in the same transaction runs them on generic plans too (context sends
+# its walks last).
 SEEDS_SQL = text(
     f"""/* sibyl:expand_neighbors.seeds */
-SELECT s.id
+SELECT s.id, set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
 FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
 LEFT JOIN passages p ON p.org_id = :r_org AND p.id = s.id
 JOIN entities t ON t.org_id = :r_org AND t.id = coalesce(p.parent_id, s.id)
@@ -70,76 +88,127 @@ def allowed(rel: str, denied: str) -> str:
 
 PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
 
+# score(rel, d) of §4 for a weight and a distance, as every part of the walk computes it (the same
+# float8 expression everywhere, so the comparisons of the early stop and of the flag are exact).
+SCORE = (
+    "least(greatest(({weight}) * power(CAST(:decay AS float8), ({distance}) - 1),"
+    " CAST(:score_min AS float8)), CAST(:score_max AS float8))"
+)
+
+
+def _edge_arm(direction: str) -> str:
+    """SQL: the hop arm of stored edges in one direction, strongest hops first (§5).
+
+    ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. An
+    ordinary node (at most ``:hub_degree`` edges that way) has all its edges read and probed with
+    the read rule, then numbered in weight order (weight desc, relationship, neighbour id), so
+    every row a cut drops is known. A hub is read one index range per relationship, strongest
+    relationship first (``:<dir>_tiers``, NULL standing for every relationship of the default
+    weight, read in index order), each range stopping at ``:hop_cap + 1`` readable rows, and the
+    whole arm stops at ``:hop_cap + 1`` rows: its work is bounded by the cap, not its degree.
+    """
+    near, far = ("src_id", "dst_id") if direction == "out" else ("dst_id", "src_id")
+    denied = f"{direction}_denied"
+    gate = "" if direction == "out" else "CAST(:include_incoming AS boolean) AND "
+    rank = 0 if direction == "out" else 1
+    weight = WEIGHT.format(rel="e.relationship")
+    return f"""(  -- {"outgoing" if direction == "out" else "incoming"} edges, strongest first
+              SELECT x.id, x.relationship, {rank} AS dir_rank, x.weight, x.type,
+                     row_number() OVER (ORDER BY x.weight DESC, x.relationship, x.id) AS ord,
+                     x.exact
+              FROM (
+                (  -- an ordinary node: every edge, each probed (every dropped row is known)
+                  SELECT e.id, e.relationship, e.weight, t.type, true AS exact
+                  FROM (
+                    SELECT e.{far} AS id, e.relationship, {weight} AS weight
+                    FROM edges e
+                    WHERE {gate}NOT deg.{direction}_hub
+                      AND e.org_id = :r_org AND e.{near} = f.id
+                      AND {allowed("e.relationship", denied)}
+                  ) e
+                  CROSS JOIN LATERAL (
+                    SELECT t.type FROM entities t
+                    WHERE t.org_id = :r_org AND t.id = e.id
+                      AND {ENTER}
+                  ) t
+                ) UNION ALL (  -- a hub: one index range per relationship, strongest first
+                  SELECT e.id, e.relationship, e.weight, e.type,
+                         e.relationship = ANY(CAST(:{direction}_exact AS text[]))
+                  FROM unnest(CAST(:{direction}_tiers AS text[])) WITH ORDINALITY AS r(rel, ord)
+                  CROSS JOIN LATERAL (
+                    (
+                      SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
+                      FROM edges e
+                      JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
+                      WHERE r.rel IS NOT NULL
+                        AND e.org_id = :r_org AND e.{near} = f.id AND e.relationship = r.rel
+                        AND {allowed("e.relationship", denied)}
+                        AND {ENTER}
+                      ORDER BY e.{far}
+                      LIMIT :hop_cap + 1
+                    ) UNION ALL (  -- every relationship of the default weight, in index order
+                      SELECT e.{far}, e.relationship, {weight}, t.type
+                      FROM edges e
+                      JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
+                      WHERE r.rel IS NULL
+                        AND e.org_id = :r_org AND e.{near} = f.id
+                        AND NOT (e.relationship = ANY(CAST(:weighted_rels AS text[])))
+                        AND {allowed("e.relationship", denied)}
+                        AND {ENTER}
+                      ORDER BY e.relationship, e.{far}
+                      LIMIT :hop_cap + 1
+                    )
+                  ) e
+                  WHERE {gate}deg.{direction}_hub
+                  ORDER BY r.ord, e.relationship, e.id
+                  LIMIT :hop_cap + 1
+                )
+              ) x
+            )"""
+
+
 WALK_SQL = text(
     rf"""/* sibyl:expand_neighbors */
-WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, visited, capped) AS (
+WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
+                    held, cut_score, cut_distance, cut_id, done) AS (
     -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays
     SELECT 0, CAST(:seed_ids AS text[]) COLLATE "C", CAST('{{}}' AS text[]) COLLATE "C",
            CAST('{{}}' AS int[]), CAST('{{}}' AS float8[]), CAST('{{}}' AS text[]) COLLATE "C",
-           CAST(:seed_ids AS text[]) COLLATE "C", false
+           CAST('{{}}' AS text[]), CAST(:seed_ids AS text[]) COLLATE "C",
+           CAST('{{}}' AS float8[]), CAST(NULL AS float8), CAST(NULL AS int),
+           CAST(NULL AS text) COLLATE "C", false
   UNION ALL
     SELECT lvl.distance + 1, nxt.ids, nxt.relationships, nxt.dir_ranks, nxt.weights, nxt.preds,
-           lvl.visited || nxt.ids, nxt.capped
+           nxt.types, lvl.visited || coalesce(nxt.ids, CAST('{{}}' AS text[])), nxt.held,
+           nxt.cut_score, nxt.cut_distance, nxt.cut_id, nxt.done
     FROM walk lvl
     CROSS JOIN LATERAL (
-      -- the next level: kept nodes sorted by id, and whether any bound was hit on the way
-      SELECT array_agg(kept.id ORDER BY kept.id) FILTER (WHERE kept.kept) AS ids,
-             array_agg(kept.relationship ORDER BY kept.id) FILTER (WHERE kept.kept)
-               AS relationships,
-             array_agg(kept.dir_rank ORDER BY kept.id) FILTER (WHERE kept.kept) AS dir_ranks,
-             array_agg(kept.weight ORDER BY kept.id) FILTER (WHERE kept.kept) AS weights,
-             array_agg(kept.pred ORDER BY kept.id) FILTER (WHERE kept.kept) AS preds,
-             coalesce(bool_or(kept.hop_capped OR kept.level_size > :level_cap), false)
-               AS capped
-      FROM (
-        -- step 3: at most :level_cap nodes a level, by weight then id
-        SELECT best.*,
-               best.in_cap AND row_number() OVER (
-                 ORDER BY NOT best.in_cap, best.weight DESC, best.id) <= :level_cap AS kept,
-               count(*) FILTER (WHERE best.in_cap) OVER () AS level_size
-        FROM (
-          -- step 2: each unvisited node's best hop from the previous level: highest weight,
-          -- then relationship name, outgoing before incoming, then predecessor id
-          SELECT DISTINCT ON (h.id)
-                 h.id, h.relationship, h.dir_rank, h.weight, h.pred,
-                 h.ord <= :hop_cap AS in_cap,
-                 bool_or(h.ord > :hop_cap) OVER () AS hop_capped
-          FROM (
-          SELECT f.id AS pred, arm.*
-          FROM unnest(lvl.ids) AS f(id)
-          -- step 1: every allowed hop from each frontier node f into a node t that is readable,
-          -- not retired and inside `project`; at most :hop_cap + 1 rows per node and arm (the
-          -- extra row only tells that the cap was hit)
-          CROSS JOIN LATERAL (
-            (  -- outgoing edges: f -rel-> t
-              SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
-                     {WEIGHT.format(rel="e.relationship")} AS weight,
-                     row_number() OVER (ORDER BY e.relationship, e.dst_id) AS ord
-              FROM edges e
-              JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
-              WHERE e.org_id = :r_org AND e.src_id = f.id
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed("e.relationship", "out_denied")}
-                AND {ENTER}
-              ORDER BY e.relationship, e.dst_id
-              LIMIT :hop_cap + 1
-            ) UNION ALL (  -- incoming edges: t -rel-> f
-              SELECT e.src_id, e.relationship, 1,
-                     {WEIGHT.format(rel="e.relationship")},
-                     row_number() OVER (ORDER BY e.relationship, e.src_id)
-              FROM edges e
-              JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
-              WHERE CAST(:include_incoming AS boolean)
-                AND e.org_id = :r_org AND e.dst_id = f.id
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed("e.relationship", "in_denied")}
-                AND {ENTER}
-              ORDER BY e.relationship, e.src_id
-              LIMIT :hop_cap + 1
-            ) UNION ALL (  -- outgoing mentions: f mentions t
+      WITH h AS MATERIALIZED (
+        -- step 1: every allowed hop from each frontier node f into a node t that is readable,
+        -- not retired and inside `project`, each arm in weight order (weight desc,
+        -- relationship, neighbour id) and numbered (`ord`); rows past :hop_cap are never
+        -- entered, they only bound what the cut may have dropped
+        SELECT f.id AS pred, arm.*
+        FROM unnest(lvl.ids) AS f(id)
+        CROSS JOIN LATERAL (
+          -- is f a hub, either way? (index only, at most :hub_degree + 1 entries read)
+          SELECT f.id NOT LIKE 'passage\_%' AND (
+                   SELECT count(*) FROM (
+                     SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.src_id = f.id
+                     LIMIT :hub_degree + 1) d) > :hub_degree AS out_hub,
+                 f.id NOT LIKE 'passage\_%' AND (
+                   SELECT count(*) FROM (
+                     SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.dst_id = f.id
+                     LIMIT :hub_degree + 1) d) > :hub_degree AS in_hub
+        ) deg
+        CROSS JOIN LATERAL (
+            {_edge_arm("out")}
+            UNION ALL
+            {_edge_arm("in")}
+            UNION ALL (  -- outgoing mentions: f mentions t
               SELECT m.dst_id, 'MENTIONS', 0,
-                     {WEIGHT.format(rel="'MENTIONS'")},
-                     row_number() OVER (ORDER BY m.dst_id)
+                     {WEIGHT.format(rel="'MENTIONS'")}, t.type,
+                     row_number() OVER (ORDER BY m.dst_id), true
               FROM mentions m
               JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
               WHERE m.org_id = :r_org AND m.src_id = f.id
@@ -150,8 +219,8 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- incoming mentions: t mentions f
               SELECT m.src_id, 'MENTIONS', 1,
-                     {WEIGHT.format(rel="'MENTIONS'")},
-                     row_number() OVER (ORDER BY m.src_id)
+                     {WEIGHT.format(rel="'MENTIONS'")}, t.type,
+                     row_number() OVER (ORDER BY m.src_id), true
               FROM mentions m
               JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
               WHERE CAST(:include_incoming AS boolean)
@@ -163,23 +232,24 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
               LIMIT :hop_cap + 1
             ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
               SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                     {WEIGHT.format(rel="'SHARES_COMMUNITY'")},
-                     row_number() OVER (ORDER BY c2.entity_id, c2.community_id)
+                     {WEIGHT.format(rel="'SHARES_COMMUNITY'")}, t.type,
+                     row_number() OVER (ORDER BY c2.entity_id, c2.community_id), true
               FROM community_members c1
               JOIN community_members c2
                 ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
               JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
               WHERE lvl.distance = 0
                 AND c1.org_id = :r_org AND c1.entity_id = f.id
+                AND c2.entity_id <> f.id  -- not its own co-member
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
                 AND {ENTER}
               ORDER BY c2.entity_id, c2.community_id
               LIMIT :hop_cap + 1
-            ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t
+            ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
               SELECT t.id, {PASSAGE_REL}, 0,
-                     {WEIGHT.format(rel=PASSAGE_REL)},
-                     CAST(1 AS bigint)
+                     {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
+                     CAST(1 AS bigint), true
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE f.id LIKE 'passage\_%'  -- only passages have a parent
@@ -188,54 +258,142 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, vis
                 AND {ENTER}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
               SELECT p.id, {PASSAGE_REL}, 1,
-                     {WEIGHT.format(rel=PASSAGE_REL)},
-                     row_number() OVER (ORDER BY p.passage_index)
+                     {WEIGHT.format(rel=PASSAGE_REL)}, 'passage',
+                     row_number() OVER (ORDER BY p.id), true
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE CAST(:include_incoming AS boolean)
+                -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
+                AND CAST(:rel_filter AS text[]) IS NOT NULL
                 AND p.org_id = :r_org AND p.parent_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed(PASSAGE_REL, "in_denied")}
                 AND {ENTER}
-              ORDER BY p.passage_index
+              ORDER BY p.id
               LIMIT :hop_cap + 1
             )
-          ) arm
-          OFFSET 0  -- a fence: the anti-join below runs once per level, not once per node
-          ) h
-          LEFT JOIN unnest(lvl.visited) AS v(id) ON v.id = h.id
-          WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
-          ORDER BY h.id, h.ord > :hop_cap, h.weight DESC, h.relationship, h.dir_rank, h.pred
-        ) best
-      ) kept
+        ) arm
+      ),
+      best AS (
+        -- step 2: each unvisited node's best hop from the previous level: highest weight,
+        -- then relationship name, outgoing before incoming, then predecessor id
+        SELECT DISTINCT ON (c.id) c.id, c.relationship, c.dir_rank, c.weight, c.pred, c.type
+        FROM (SELECT * FROM h WHERE h.ord <= :hop_cap OFFSET 0) c  -- a fence: anti-join once
+        LEFT JOIN unnest(lvl.visited) AS v(id) ON v.id = c.id
+        WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
+        ORDER BY c.id, c.weight DESC, c.relationship, c.dir_rank, c.pred
+      ),
+      ranked AS (
+        -- step 3: the level in answer order (weight desc, id). The last level keeps only the
+        -- best :limit + 1 nodes of the asked types (nothing deeper can use the others, and any
+        -- other ranks after them); an earlier level keeps :level_cap nodes of any type (routes)
+        SELECT b.*, row_number() OVER (ORDER BY b.weight DESC, b.id) AS rk
+        FROM best b
+        WHERE lvl.distance + 1 < :depth
+           OR CAST(:types AS text[]) IS NULL OR b.type = ANY(CAST(:types AS text[]))
+      ),
+      kept AS (
+        SELECT r.* FROM ranked r
+        WHERE r.rk <= CASE WHEN lvl.distance + 1 < :depth THEN :level_cap ELSE :limit + 1 END
+      ),
+      cuts AS (
+        -- what the caps of this level may have dropped, as the best (score, distance, id) a
+        -- dropped node could have: a row past :hop_cap (its id bounds the dropped ones only
+        -- when no other relationship of its weight follows it), the first node past
+        -- :level_cap; and when something was dropped before the last level, any deeper node
+        SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
+               lvl.distance + 1 AS distance,
+               CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
+        FROM h WHERE h.ord > :hop_cap
+        UNION ALL
+        SELECT {SCORE.format(weight="r.weight", distance="lvl.distance + 1")},
+               lvl.distance + 1, r.id
+        FROM ranked r
+        WHERE lvl.distance + 1 < :depth AND r.rk = :level_cap + 1
+      ),
+      held AS (
+        -- the best :limit + 1 scores of the asked types seen so far (for the early stop)
+        SELECT array_agg(x.score ORDER BY x.score DESC) AS scores
+        FROM (
+          SELECT x.score FROM (
+            SELECT u.score FROM unnest(lvl.held) AS u(score)
+            UNION ALL
+            SELECT {SCORE.format(weight="k.weight", distance="lvl.distance + 1")}
+            FROM kept k
+            WHERE CAST(:types AS text[]) IS NULL OR k.type = ANY(CAST(:types AS text[]))
+          ) x
+          ORDER BY x.score DESC
+          LIMIT :limit + 1
+        ) x
+      )
+      SELECT k.ids, k.relationships, k.dir_ranks, k.weights, k.preds, k.types,
+             coalesce(held.scores, CAST('{{}}' AS float8[])) AS held,
+             c.score AS cut_score, c.distance AS cut_distance, c.id AS cut_id,
+             -- step 4, the early stop: nothing entered, or :limit + 1 nodes held that no
+             -- deeper node can beat (a node at distance d + 1 scores at most
+             -- score(:max_weight, d + 1); on a tie the shallower node wins)
+             k.ids IS NULL OR coalesce(cardinality(held.scores) > :limit
+               AND held.scores[:limit + 1] >=
+                 {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
+               false) AS done
+      FROM (
+        SELECT array_agg(kept.id ORDER BY kept.rk) AS ids,
+               array_agg(kept.relationship ORDER BY kept.rk) AS relationships,
+               array_agg(kept.dir_rank ORDER BY kept.rk) AS dir_ranks,
+               array_agg(kept.weight ORDER BY kept.rk) AS weights,
+               array_agg(kept.pred ORDER BY kept.rk) AS preds,
+               array_agg(kept.type ORDER BY kept.rk) AS types
+        FROM kept
+      ) k
+      CROSS JOIN held
+      LEFT JOIN (
+        SELECT cut.score, cut.distance, cut.id
+        FROM (
+          SELECT * FROM cuts
+          UNION ALL  -- a dropped node was a route: any deeper node may differ
+          SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
+                 lvl.distance + 2, '' COLLATE "C"
+          WHERE lvl.distance + 1 < :depth AND EXISTS (SELECT 1 FROM cuts)
+        ) cut
+        ORDER BY cut.score DESC, cut.distance, cut.id
+        LIMIT 1
+      ) c ON true
     ) nxt
-    WHERE lvl.distance < :depth AND (nxt.ids IS NOT NULL OR nxt.capped)
-),
-flags AS (
-    SELECT coalesce(bool_or(capped), false) AS capped FROM walk
+    WHERE lvl.distance < :depth AND NOT lvl.done
 ),
 nodes AS (
-    SELECT lvl.distance, n.id, n.relationship, n.dir_rank, n.weight, n.pred
+    SELECT lvl.distance, n.id, n.relationship, n.dir_rank, n.pred, n.type,
+           {SCORE.format(weight="n.weight", distance="lvl.distance")} AS score
     FROM walk lvl
-    CROSS JOIN LATERAL unnest(lvl.ids, lvl.relationships, lvl.dir_ranks, lvl.weights, lvl.preds)
-      AS n(id, relationship, dir_rank, weight, pred)
+    CROSS JOIN LATERAL unnest(lvl.ids, lvl.relationships, lvl.dir_ranks, lvl.weights, lvl.preds,
+                              lvl.types)
+      AS n(id, relationship, dir_rank, weight, pred, type)
     WHERE lvl.distance >= 1
 ),
 top AS (
-    -- rank on what the index holds (type, probed per node), so only the returned rows' bodies
-    -- are read
-    SELECT x.*
+    -- the answer: score desc, distance, id; :limit + 1 rows so the caller can tell `truncated`
+    SELECT w.*, row_number() OVER (ORDER BY w.score DESC, w.distance, w.id) AS rn
     FROM (
-        SELECT w.id, w.distance, w.relationship, w.dir_rank, w.pred,
-               least(greatest(w.weight * power(CAST(:decay AS float8), w.distance - 1),
-                              CAST(:score_min AS float8)), CAST(:score_max AS float8)) AS score,
-               coalesce((SELECT te.type FROM entities te
-                         WHERE te.org_id = :r_org AND te.id = w.id), 'passage') AS type
-        FROM nodes w
-    ) x
-    WHERE (CAST(:types AS text[]) IS NULL OR x.type = ANY(CAST(:types AS text[])))
-    ORDER BY x.score DESC, x.distance, x.id
-    LIMIT :limit + 1
+        SELECT n.* FROM nodes n
+        WHERE CAST(:types AS text[]) IS NULL OR n.type = ANY(CAST(:types AS text[]))
+        ORDER BY n.score DESC, n.distance, n.id
+        LIMIT :limit + 1
+    ) w
+),
+flags AS (
+    -- frontier_capped: a cap dropped a hop and the answer's row :limit + 1 (or, short of it,
+    -- the end of the answer) does not rank strictly before the best node it may have dropped
+    SELECT c.cut_score IS NOT NULL AND NOT coalesce(
+             k.score > c.cut_score OR (k.score = c.cut_score AND (k.distance < c.cut_distance
+               OR (k.distance = c.cut_distance AND k.id < c.cut_id))), false) AS capped
+    FROM (SELECT 1) one
+    LEFT JOIN (
+        SELECT lvl.cut_score, lvl.cut_distance, lvl.cut_id FROM walk lvl
+        WHERE lvl.cut_score IS NOT NULL
+        ORDER BY lvl.cut_score DESC, lvl.cut_distance, lvl.cut_id
+        LIMIT 1
+    ) c ON true
+    LEFT JOIN top k ON k.rn = :limit + 1
 )
 SELECT f.capped, r.*
 FROM flags f
@@ -245,8 +403,9 @@ LEFT JOIN LATERAL (
            coalesce(te.project_id, pe.project_id) AS project_id,
            coalesce(te.lifecycle, pe.lifecycle) AS lifecycle,
            coalesce(te.metadata, CAST('{{}}' AS jsonb)) AS metadata,
+           -- the preview's first characters only: a long body is not decompressed whole (its
+           -- full length is never needed: it fits iff the prefix is at most :preview_chars)
            left(coalesce(te.content, pp.content), :preview_chars + 1) AS content_prefix,
-           length(coalesce(te.content, pp.content)) AS content_length,
            pp.passage_index, pp.parent_id, pp.breadcrumb, pe.passage_total,
            CASE WHEN w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1 THEN (
              -- the community behind a synthetic hop: the smallest one the node shares with
@@ -281,7 +440,7 @@ class WalkRow:
     lifecycle: str
     metadata: dict[str, Any]
     content_prefix: str
-    content_length: int
+    content_length: int  # len(content_prefix): more than the budget iff the body does not fit
     passage_index: int | None
     parent_id: str | None
     breadcrumb: str | None
@@ -318,7 +477,9 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> tuple[lis
             lifecycle=r.lifecycle,
             metadata=dict(r.metadata),
             content_prefix=r.content_prefix,
-            content_length=r.content_length,
+            # content_prefix holds :preview_chars + 1 characters of a longer body: as a length,
+            # its own tells whether the body fits (app.domain.preview.preview_prefix)
+            content_length=len(r.content_prefix),
             passage_index=r.passage_index,
             parent_id=r.parent_id,
             breadcrumb=r.breadcrumb,

@@ -1,0 +1,218 @@
+"""Bounded work (contract §5, issue 15): caps keep the strongest hops, the flag is a promise.
+
+Each case builds a graph where a cap must bite, and checks the walk against what the reference
+semantics answer: hops are examined in weight order (a cap drops the weakest), and
+``filters.frontier_capped`` is false only when the answer is exactly the reference one. The early
+stop is checked on the plan: a depth-3 walk whose answer is settled at level 1 computes no
+deeper level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.settings import Settings
+from app.domain.expand import expand_neighbors
+from app.domain.explain import explain_for_user
+from app.domain.schemas import ExpandRequest, ExpandResponse
+from app.repo.readers import reader_by_key
+from tests.world import World
+
+TINY = Settings(walk_hop_cap=3, walk_level_cap=4)
+
+
+async def _expand(engine, key: str, settings: Settings | None = None, **body) -> ExpandResponse:
+    async with engine.connect() as conn:
+        reader = await reader_by_key(conn, key=key)
+        assert reader is not None
+        return await expand_neighbors(conn, reader, ExpandRequest(**body), settings=settings)
+
+
+def _rows(resp: ExpandResponse) -> list[tuple[str, str, int]]:
+    return [(n.id, n.relationship, n.distance) for n in resp.neighbors]
+
+
+async def test_a_hub_cap_keeps_depends_on_over_seventy_contradicts(engine):
+    # Issue 15: 70 CONTRADICTS (0.64) sort before 30 DEPENDS_ON (0.98) by name; a cap in name
+    # order kept the weak ones. In weight order the answer is the 24 smallest DEPENDS_ON ids.
+    w = World().entity("seed")
+    for i in range(70):
+        w.entity(f"c{i:02d}").edge("seed", "CONTRADICTS", f"c{i:02d}")
+    for i in range(30):
+        w.entity(f"d{i:02d}").edge("seed", "DEPENDS_ON", f"d{i:02d}")
+    key = await w.load(engine)
+    want = [(f"d{i:02d}", "DEPENDS_ON", 1) for i in range(24)]
+    for settings in (None, Settings(walk_hub_degree=0), Settings(walk_hub_degree=1000)):
+        resp = await _expand(engine, key, settings, entity_ids=["seed"], limit=24)
+        assert _rows(resp) == want
+        assert resp.truncated
+        # depth 2: the DEPENDS_ON ones still lead (a CONTRADICTS node at distance 1 scores 0.64,
+        # everything at distance 2 at most 0.72 and here nothing lies there)
+        deep = await _expand(engine, key, settings, entity_ids=["seed"], limit=24, depth=2)
+        assert _rows(deep) == want
+    # Even a cap of 3 keeps the strongest three, and says it cut.
+    resp = await _expand(engine, key, TINY, entity_ids=["seed"], limit=24)
+    assert _rows(resp) == want[:3]
+    assert resp.filters["frontier_capped"] is True
+
+
+async def test_a_cut_whose_next_row_is_visited_is_still_reported(engine):
+    # Issue 15: s1 has 64 ABOUT edges to notes and BLOCKS -> s2; s2 -DECIDES-> z. With types
+    # [decision] the reference answer is [z]; the walk must answer [z], or say it was cut.
+    w = World().entity("s1").entity("s2").entity("z", type_="decision")
+    for i in range(64):
+        w.entity(f"n{i:02d}").edge("s1", "ABOUT", f"n{i:02d}")
+    w.edge("s1", "BLOCKS", "s2").edge("s2", "DECIDES", "z")
+    key = await w.load(engine)
+    body: dict[str, Any] = {"entity_ids": ["s1", "s2"], "depth": 1, "types": ["decision"]}
+    for settings in (None, Settings(walk_hub_degree=0), TINY, Settings(walk_hop_cap=1)):
+        resp = await _expand(engine, key, settings, **body)
+        assert resp.filters["frontier_capped"] or _rows(resp) == [("z", "DECIDES", 1)], settings
+    resp = await _expand(engine, key, None, **body)
+    assert _rows(resp) == [("z", "DECIDES", 1)]
+    # The reverse: a cap of one row per arm on s1, whose strongest row (BLOCKS -> s2, a seed) is
+    # visited, drops notes it cannot see: reported, and the answer holds z all the same.
+    resp = await _expand(engine, key, Settings(walk_hop_cap=1), entity_ids=["s1", "s2"], limit=24)
+    assert resp.filters["frontier_capped"] is True
+    assert ("z", "DECIDES", 1) in _rows(resp)
+
+
+async def test_weight_trap_strong_hops_with_large_ids_survive_a_small_cap(engine):
+    # Many weak hops (MENTIONS-weight RELATED_TO at 0.64, small ids) and few strong ones (large
+    # ids): the cap keeps the strong ones, whichever table or direction they come from.
+    w = World().entity("hub")
+    for i in range(40):
+        w.entity(f"a{i:02d}").edge("hub", "RELATED_TO", f"a{i:02d}")
+    w.entity("zz_in").edge("zz_in", "BLOCKS", "hub")  # incoming BLOCKS, 0.96
+    w.entity("zz_out").edge("hub", "DECIDES", "zz_out")  # outgoing DECIDES, 1.0
+    key = await w.load(engine)
+    for settings in (TINY, Settings(walk_hop_cap=3, walk_hub_degree=0)):
+        resp = await _expand(engine, key, settings, entity_ids=["hub"], limit=3)
+        assert [n.id for n in resp.neighbors] == ["zz_out", "zz_in", "a00"]
+        assert resp.truncated
+    # Read whole (an ordinary node), every dropped row is known: the fourth row (a01) ranks
+    # before all of them (a02...), so the answer is exact and says so.
+    resp = await _expand(engine, key, TINY, entity_ids=["hub"], limit=3)
+    assert resp.filters["frontier_capped"] is False
+
+
+async def test_weight_trap_a_dropped_weak_hop_leading_to_a_strong_one_is_reported(engine):
+    # seed -MENTIONS-> m (0.58) -DECIDES-> y: y scores 0.72 at distance 2, above m. A cap that
+    # drops m must say so at depth 2 (y is missing), while the reference answer holds y first.
+    w = World().entity("seed").entity("m").entity("y", type_="decision")
+    for i in range(5):
+        w.entity(f"b{i}").edge("seed", "RELATED_TO", f"b{i}")
+    w.records.append(
+        {"kind": "mention", "org": w.org, "src": "seed", "dst": "m"}
+    )  # MENTIONS arm, its own cap
+    w.edge("m", "DECIDES", "y")
+    key = await w.load(engine)
+    exact = await _expand(engine, key, None, entity_ids=["seed"], depth=2, limit=3)
+    assert _rows(exact)[0] == ("y", "DECIDES", 2)
+    assert exact.filters["frontier_capped"] is False
+    # a level cap of 4 keeps the four best of level 1 (RELATED_TO b0..b3): m is dropped
+    cut = await _expand(
+        engine, key, Settings(walk_level_cap=4), entity_ids=["seed"], depth=2, limit=3
+    )
+    assert cut.filters["frontier_capped"] is True
+    assert ("y", "DECIDES", 2) not in _rows(cut)
+
+
+async def test_hidden_rows_never_eat_the_cap(engine):
+    # Caps apply after the read filter: ten hidden DEPENDS_ON targets with the smallest ids do
+    # not push the readable ones out, and the answer and flag equal those of a graph without them.
+    async def build(hidden: bool) -> str:
+        w = World().entity("hub")
+        other = f"user_other_{w.org}"
+        w.records.append(
+            {"kind": "user", "id": other, "org": w.org, "handle": "o", "role": "member"}
+        )
+        for i in range(10):
+            if hidden:
+                w.entity(f"a{i}", scope="private", owner=other).edge("hub", "DEPENDS_ON", f"a{i}")
+        for i in range(6):
+            w.entity(f"r{i}").edge("hub", "DEPENDS_ON", f"r{i}")
+        return await w.load(engine)
+
+    answers = []
+    for hidden in (True, False):
+        key = await build(hidden)
+        resp = await _expand(engine, key, TINY, entity_ids=["hub"], limit=2)
+        answers.append((_rows(resp), resp.filters["frontier_capped"], resp.truncated))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == [("r0", "DEPENDS_ON", 1), ("r1", "DEPENDS_ON", 1)]
+
+
+async def test_the_walk_stops_early_when_no_deeper_node_can_enter_the_answer(engine):
+    # 30 DEPENDS_ON neighbours (0.98 at distance 1), each with a DECIDES edge further on (at most
+    # 0.72 at distance 2): with limit 8, level 1 settles the answer, so depth 3 computes level 1
+    # only, and the answer is exact.
+    w = World().entity("seed")
+    for i in range(30):
+        w.entity(f"d{i:02d}").edge("seed", "DEPENDS_ON", f"d{i:02d}")
+        w.entity(f"x{i:02d}", type_="decision").edge(f"d{i:02d}", "DECIDES", f"x{i:02d}")
+    key = await w.load(engine)
+    resp = await _expand(engine, key, None, entity_ids=["seed"], depth=3, limit=8)
+    assert [n.id for n in resp.neighbors] == [f"d{i:02d}" for i in range(8)]
+    assert resp.filters["frontier_capped"] is False and resp.truncated
+    assert await _levels(engine, w.user, {"entity_ids": ["seed"], "depth": 3, "limit": 8}) == 2
+    assert await _levels(engine, w.user, {"entity_ids": ["seed"], "depth": 3, "limit": 24}) == 2
+    # Only decisions asked: level 1 holds none, level 2 holds 30 (0.72 each), above anything at
+    # distance 3 (at most 0.52): level 3 is not computed, and the answer is exact. (With the
+    # default cap, 26 rows of the seed's 30, the flag would be true: a dropped d26 leads to
+    # nodes at distance 2 of any id, which may rank before x24.)
+    body: dict[str, Any] = {"entity_ids": ["seed"], "depth": 3, "limit": 24, "types": ["decision"]}
+    wide = Settings(walk_hop_cap=40)
+    assert await _levels(engine, w.user, body, wide) == 3
+    resp = await _expand(engine, key, wide, **body)
+    assert [n.id for n in resp.neighbors] == [f"x{i:02d}" for i in range(24)]
+    assert resp.filters["frontier_capped"] is False and resp.truncated
+    resp = await _expand(engine, key, None, **body)
+    assert [n.id for n in resp.neighbors] == [f"x{i:02d}" for i in range(24)]
+
+
+async def _levels(engine, user: str, body: dict[str, Any], settings: Settings | None = None) -> int:
+    """Levels the walk computed (rows of its Recursive Union, level 0 included)."""
+    report = await explain_for_user(engine, user, "expand", body, fmt="json", settings=settings)
+    plan = report.statements[-1].plan
+    stack = [plan[0]["Plan"]]
+    while stack:
+        node = stack.pop()
+        if node["Node Type"] == "Recursive Union":
+            return int(node["Actual Rows"])
+        stack.extend(node.get("Plans", []))
+    raise AssertionError("no Recursive Union in the walk's plan")
+
+
+def test_caps_are_sized_from_the_request_not_the_graph():
+    from app.domain.expand import walk_params
+    from app.domain.reader import Reader
+
+    reader = Reader(
+        org_id="o",
+        user_id="u",
+        org_role="member",
+        scopes=frozenset({"read"}),
+        readable_projects=(),
+        restricted=False,
+    )
+
+    def caps(settings: Settings, limit: int, seeds: int) -> tuple[object, object]:
+        params = walk_params(
+            reader,
+            origins=[f"s{i}" for i in range(seeds)],
+            depth=3,
+            limit=limit,
+            preview_chars=0,
+            include_incoming=True,
+            relationship_types=None,
+            types=None,
+            project=None,
+            settings=settings,
+        )
+        return params["hop_cap"], params["level_cap"]
+
+    assert caps(Settings(), 24, 8) == (33, 100)
+    assert caps(Settings(), 1, 1) == (3, 8)
+    # configurable
+    assert caps(Settings(walk_hop_cap=5, walk_level_cap=7), 24, 8) == (5, 7)
