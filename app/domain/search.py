@@ -51,7 +51,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest
 from app.core.settings import Settings, get_settings
-from app.domain import policy
+from app.domain import policy, terms
 from app.domain.passages import passage_name
 from app.domain.preview import preview_prefix
 from app.domain.reader import Reader
@@ -204,15 +204,17 @@ async def find_candidates(
     """Every readable candidate of the two lanes (see the module docstring) with its lane ranks,
     and whether a lane hit its cap. ``query`` feeds the exact lane; ``words`` (default:
     ``query``) the full-text lane, in web-search syntax. Shared by ``search`` and ``context``."""
+    weighted = terms.words(query if words is None else words)
     params = search_repo.candidate_params(
         reader.params(),
         query=query,
-        words=query if words is None else words,
+        words=[w for w, _ in weighted],
+        idfs=[idf for _, idf in weighted],
         types=types,
         lifecycles=lifecycles,
         project=project,
         cap=cap,
-        scan_cap=cap * policy.SEARCH_SCAN_FACTOR,
+        term_cap=cap,
     )
     return await search_repo.candidates(conn, params=params)
 

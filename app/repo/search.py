@@ -50,53 +50,91 @@ _PASSAGE_FILTER = f"""p.parent_revision = t.revision
       AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
       AND {readable("t")}"""
 
-_TSQUERY = "websearch_to_tsquery('english', CAST(:words AS text))"
 _LOWER_QUERY = 'lower(CAST(:query AS text)) COLLATE "C"'
+
+
+def _fulltext_arm(name: str) -> str:
+    """The candidates of one table: per query word (rarest first), its first ``:term_cap + 1``
+    readable matches; ``n`` counts them (``> :term_cap``: the word hit its cap)."""
+    if name == "entities":
+        source = "entities t"
+        key = 't.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, t.search_tsv AS tsv'
+        where = f"t.org_id = :r_org AND t.search_tsv @@ w.tsq AND {_MEMORY_FILTER}"
+    else:
+        source = "passages p JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id"
+        key = "p.id, p.parent_id, t.type, p.search_tsv AS tsv"
+        where = f"p.org_id = :r_org AND p.search_tsv @@ w.tsq AND {_PASSAGE_FILTER}"
+    return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord) AS n,
+               row_number() OVER (PARTITION BY w.ord ORDER BY m.id) AS k
+        FROM words w
+        CROSS JOIN LATERAL (
+            SELECT {key}
+            FROM {source}
+            WHERE {where}
+            LIMIT :term_cap + 1
+        ) m"""
+
 
 CANDIDATES_SQL = text(
     f"""/* sibyl:search.candidates */
-WITH memory_matches AS (  -- full text, memories: of the first :scan_cap readable matches met,
-    SELECT s.*        -- the :cap + 1 most recently updated (no vector is read to choose them)
-    FROM (
-        SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, t.updated_at,
-               t.search_tsv AS tsv
-        FROM entities t
-        WHERE t.org_id = :r_org AND t.search_tsv @@ {_TSQUERY}
-          AND {_MEMORY_FILTER}
-        LIMIT :scan_cap
-    ) s
-    ORDER BY s.updated_at DESC, s.id
-    LIMIT :cap + 1
+WITH words AS (  -- the query's words (rarest first, weighted by :idfs), each as its lexemes
+    SELECT w.ord, w.idf, plainto_tsquery('english', w.word) AS tsq,
+           tsvector_to_array(to_tsvector('english', w.word)) AS lexemes
+    FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[]))
+         WITH ORDINALITY AS w(word, idf, ord)
+    WHERE numnode(plainto_tsquery('english', w.word)) > 0
 ),
-passage_matches AS (  -- full text, passages (through their parent): the same
-    SELECT s.*
-    FROM (
-        SELECT p.id, p.parent_id, t.type, t.updated_at, p.search_tsv AS tsv
-        FROM passages p
-        JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-        WHERE p.org_id = :r_org AND p.search_tsv @@ {_TSQUERY}
-          AND {_PASSAGE_FILTER}
-        LIMIT :scan_cap
-    ) s
-    ORDER BY s.updated_at DESC, s.id
-    LIMIT :cap + 1
+memory_matches AS (  -- full text, memories: per word its first :term_cap + 1 readable matches
+    {_fulltext_arm("entities")}
 ),
-matches AS (
-    SELECT m.*, row_number() OVER (ORDER BY m.updated_at DESC, m.id) AS ord,
-           count(*) OVER () AS n
-    FROM memory_matches m
-  UNION ALL
-    SELECT m.*, row_number() OVER (ORDER BY m.updated_at DESC, m.id), count(*) OVER ()
-    FROM passage_matches m
+passage_matches AS (  -- full text, passages (read rule on their parent): the same
+    {_fulltext_arm("passages")}
 ),
-fulltext AS (  -- only the capped candidates are ranked
-    SELECT r.id, r.parent_id, r.type, r.text_rank,
-           row_number() OVER (ORDER BY r.text_rank DESC, r.id) AS lane_rank
+pool AS (  -- every candidate once; the :cap whose finding words weigh most (Σ idf), then id
+    SELECT c.*
     FROM (
-        SELECT m.id, m.parent_id, m.type, ts_rank_cd(m.tsv, {_TSQUERY}, 1) AS text_rank
-        FROM matches m
-        WHERE m.ord <= :cap
+        SELECT DISTINCT ON (m.id) m.id, m.parent_id, m.type, m.tsv,
+               sum(m.idf) OVER (PARTITION BY m.id) AS found_weight
+        FROM (SELECT * FROM memory_matches UNION ALL SELECT * FROM passage_matches) m
+        WHERE m.k <= :term_cap
+        ORDER BY m.id
+    ) c
+    ORDER BY c.found_weight DESC, c.id
+    LIMIT :cap
+),
+lexeme_tf AS (  -- per candidate and query lexeme: its positions, name/breadcrumb (A) boosted
+    SELECT c.id, u.lexeme,
+           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
+             * cardinality(array_positions(u.weights, 'A')) AS tf
+    FROM pool c
+    CROSS JOIN LATERAL unnest(c.tsv) u
+    WHERE u.lexeme = ANY(ARRAY(SELECT unnest(w.lexemes) FROM words w))
+),
+word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
+    SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
+    FROM words w
+    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
+    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
+    HAVING count(*) = cardinality(w.lexemes)
+),
+scored AS (  -- BM25: Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / :avg_length))
+    SELECT c.id, c.parent_id, c.type,
+           sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
+               / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
+                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))
+             AS text_rank
+    FROM pool c
+    JOIN word_tf x ON x.id = c.id
+    GROUP BY c.id, c.parent_id, c.type, length(c.tsv)
+),
+fulltext AS (  -- the :cap best
+    SELECT r.*
+    FROM (
+        SELECT s.id, s.parent_id, s.type, s.text_rank,
+               row_number() OVER (ORDER BY s.text_rank DESC, s.id) AS lane_rank
+        FROM scored s
     ) r
+    WHERE r.lane_rank <= :cap
 ),
 exact_ids AS (  -- a memory or a passage whose id is the query (as sent, or lower-cased)
     SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 0 AS tier,
@@ -113,31 +151,60 @@ exact_ids AS (  -- a memory or a passage whose id is the query (as sent, or lowe
       AND p.id = ANY(ARRAY[CAST(:query AS text), lower(CAST(:query AS text))])
       AND {_PASSAGE_FILTER}
 ),
-exact_names AS (  -- memories whose lower-cased name starts with the query, in index order
-    SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 1 AS tier,
-           t.name_lower AS sort_key
-    FROM entities t
-    WHERE t.org_id = :r_org
-      -- the range the index scans (U+10FFFF sorts after every character); starts_with decides
-      AND t.name_lower >= {_LOWER_QUERY}
-      AND t.name_lower <= ({_LOWER_QUERY} || chr(1114111)) COLLATE "C"
-      AND starts_with(t.name_lower, {_LOWER_QUERY})
-      AND {_MEMORY_FILTER}
-    ORDER BY t.name_lower, t.id
-    LIMIT :cap + 1
+exact_names AS (  -- memories whose lower-cased name, or title after a conventional prefix
+    SELECT x.*      -- (PEP 8: ...), starts with the query, each in index order up to the cap
+    FROM (
+        SELECT t.id, t.type, t.name_lower AS sort_key, t.name_lower AS matched, 'name' AS arm
+        FROM entities t
+        WHERE t.org_id = :r_org
+          -- the range the index scans (U+10FFFF sorts after every character)
+          AND t.name_lower >= {_LOWER_QUERY}
+          AND t.name_lower <= ({_LOWER_QUERY} || chr(1114111)) COLLATE "C"
+          AND starts_with(t.name_lower, {_LOWER_QUERY})
+          AND {_MEMORY_FILTER}
+        ORDER BY t.name_lower, t.id
+        LIMIT :cap + 1
+    ) x
+  UNION ALL
+    SELECT y.*
+    FROM (
+        SELECT t.id, t.type, t.name_lower, t.title_lower, 'title'
+        FROM entities t
+        WHERE t.org_id = :r_org
+          AND t.title_lower >= {_LOWER_QUERY}
+          AND t.title_lower <= ({_LOWER_QUERY} || chr(1114111)) COLLATE "C"
+          AND starts_with(t.title_lower, {_LOWER_QUERY})
+          AND {_MEMORY_FILTER}
+        ORDER BY t.title_lower, t.id
+        LIMIT :cap + 1
+    ) y
 ),
-exact AS (
+exact AS (  -- tiers: 0 id; 1 the whole name or title; 2 a whole-word prefix; 3 any prefix
     SELECT e.id, e.parent_id, e.type,
            row_number() OVER (ORDER BY e.tier, e.sort_key, e.id) AS lane_rank
     FROM (
         SELECT DISTINCT ON (x.id) x.*
-        FROM (SELECT * FROM exact_ids UNION ALL SELECT * FROM exact_names) x
+        FROM (
+            SELECT * FROM exact_ids
+          UNION ALL
+            SELECT n.id, CAST(NULL AS text) COLLATE "C", n.type,
+                   CASE WHEN n.matched = {_LOWER_QUERY} THEN 1
+                        WHEN substr(n.matched, length(CAST(:query AS text)) + 1, 1)
+                             !~ '[[:alnum:]_]' THEN 2
+                        ELSE 3 END,
+                   n.sort_key
+            FROM exact_names n
+        ) x
         ORDER BY x.id, x.tier
     ) e
 ),
 flags AS (
-    SELECT coalesce((SELECT max(n) > :cap FROM matches), false)
-        OR (SELECT count(*) > :cap FROM exact_names) AS capped
+    SELECT coalesce((SELECT max(n) > :term_cap FROM memory_matches), false)
+        OR coalesce((SELECT max(n) > :term_cap FROM passage_matches), false)
+        OR (SELECT count(*) > :cap FROM (SELECT DISTINCT id FROM memory_matches
+                                         UNION SELECT id FROM passage_matches) a)
+        OR (SELECT count(*) FILTER (WHERE arm = 'name') > :cap
+                   OR count(*) FILTER (WHERE arm = 'title') > :cap FROM exact_names) AS capped
 )
 SELECT coalesce(f.id, e.id) AS id, coalesce(f.parent_id, e.parent_id) AS parent_id,
        coalesce(f.type, e.type) AS type, f.lane_rank AS fulltext_rank, f.text_rank,
@@ -204,28 +271,50 @@ class Hit:
     content_length: int
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """The constants of the BM25 score (none is a corpus statistic): ``k1`` term-frequency
+    saturation, ``b`` length normalisation, ``avg_length`` the length (distinct lexemes) at which
+    a document is neither favoured nor penalised, ``field_boost`` what one occurrence in a name or
+    breadcrumb counts for, against 1 in a body."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    avg_length: float = 100.0
+    field_boost: float = 3.0
+
+
 def candidate_params(
     reader_params: dict[str, object],
     *,
     query: str,
-    words: str,
+    words: list[str],
+    idfs: list[float],
     types: list[str] | None,
     lifecycles: list[str],
     project: str | None,
     cap: int,
-    scan_cap: int,
+    term_cap: int,
+    scoring: Scoring = Scoring(),
 ) -> dict[str, object]:
     """Every bound parameter of :data:`CANDIDATES_SQL`: ``query`` is what the exact lane matches
-    (ids, name prefixes), ``words`` the web-search text of the full-text lane."""
+    (ids, name prefixes, titles); ``words`` the full-text lane's words, rarest first, with their
+    weights ``idfs`` (same length); ``term_cap`` the readable matches kept per word and table,
+    ``cap`` the candidates each lane ranks."""
     return {
         **reader_params,
         "query": query,
         "words": words,
+        "idfs": idfs,
         "types": types,
         "lifecycles": lifecycles,
         "project": project,
         "cap": cap,
-        "scan_cap": scan_cap,
+        "term_cap": term_cap,
+        "k1": scoring.k1,
+        "b": scoring.b,
+        "avg_length": scoring.avg_length,
+        "field_boost": scoring.field_boost,
     }
 
 

@@ -38,15 +38,21 @@ NAMING_CONVENTION = {
 
 Id = Text(collation="C")
 
-# Full-text documents of search (contract §8; migration 0002 says why the body is cut this way).
+# Full-text documents of search (contract §8; migration 0003 says why they are built this way).
 ENTITY_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, name), 'A') || "
-    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 AND "
-    "passages_lossless THEN left(content, 2000) ELSE left(content, 100000) END), 'B')"
+    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 "
+    "THEN left(content, 600) ELSE content END), 'B')"
 )
 PASSAGE_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, coalesce(breadcrumb, '')), 'A') || "
-    "setweight(to_tsvector('english'::regconfig, left(content, 100000)), 'B')"
+    "setweight(to_tsvector('english'::regconfig, content), 'B')"
+)
+# A name's title after a conventional prefix (``PEP 8: ``, ``KEP-753: ``), lower-cased; null
+# when the name has no such prefix (the exact lane, contract §8).
+TITLE_PREFIX = "^[[:alpha:]]{2,12}[ -]?[0-9]+[[:alnum:]]*[[:space:]]*[-:.–—][[:space:]]+"
+ENTITY_TITLE_LOWER = (
+    f"CASE WHEN name ~ '{TITLE_PREFIX}' THEN lower(regexp_replace(name, '{TITLE_PREFIX}', '')) END"
 )
 
 
@@ -171,6 +177,10 @@ class Entity(Base):
     name_lower: Mapped[str | None] = mapped_column(
         Id, Computed("lower(name)", persisted=True), nullable=True
     )
+    # the title after a conventional prefix, bytewise ordered: the exact lane's title scan
+    title_lower: Mapped[str | None] = mapped_column(
+        Id, Computed(ENTITY_TITLE_LOWER, persisted=True), nullable=True
+    )
     __table_args__ = (
         ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),
         ForeignKeyConstraint(["org_id", "project_id"], ["projects.org_id", "projects.id"]),
@@ -197,6 +207,7 @@ class Entity(Base):
         # Search (contract §8): the full-text lane, and the exact lane's name-prefix range scan.
         Index("ix_entities_search", "search_tsv", postgresql_using="gin"),
         Index("ix_entities_name_prefix", "org_id", "name_lower", "id"),
+        Index("ix_entities_title_prefix", "org_id", "title_lower", "id"),
     )
 
 
