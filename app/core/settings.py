@@ -11,7 +11,8 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_WALK_LEVEL_CAP``: nodes one walk level may keep, best weight first (default 256),
   §5 bounded work. Measured (docs/walk-plans.md): depth 3 from 5 hubs on a 100k-edge graph
   takes ~115 ms at 64/256, ~1.8 s at 1000/5000.
-- ``SIBYL_SEARCH_CANDIDATE_CAP``: readable matches each search lane ranks (default 500), §8
+- ``SIBYL_SEARCH_CANDIDATE_CAP``: candidates each search lane ranks, and readable matches kept
+  per query word and table (default 200), §8
   bounded cost (see :mod:`app.domain.search`).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
@@ -41,7 +42,7 @@ class Settings(BaseSettings):
     peps_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "peps"
     walk_hop_cap: int = Field(default=64, ge=1, le=100_000)
     walk_level_cap: int = Field(default=256, ge=1, le=1_000_000)
-    search_candidate_cap: int = Field(default=500, ge=1, le=100_000)
+    search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     mcp_allowed_hosts: str = ""

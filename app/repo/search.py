@@ -1,30 +1,27 @@
 """The statements of ``search`` and ``context`` (contract §8): candidates of two lanes, then hits.
 
 ``sibyl:search.candidates`` returns every candidate of both lanes with its rank in each, as the
-bound reader may see them; the domain (:mod:`app.domain.search`) fuses the ranks (reciprocal
-rank fusion), folds a memory's hits together and pages. ``sibyl:search.hits`` then reads the rows
-of one page. Both embed the read rule on the ``entities`` row (a passage: its parent's), and every
-filter (read rule, lifecycle, types, project, current revision of a span) sits in the arm that
-finds a row, **before** any cap, rank or page: a row the reader may not read neither takes a
-slot nor moves another row's rank, so hidden rows cannot leave gaps or be counted.
+bound reader may see them; the domain (:mod:`app.domain.search`, whose docstring states the
+ranking) fuses the ranks (reciprocal rank fusion), folds a memory's hits together and pages.
+``sibyl:search.hits`` then reads the rows of one page. Both embed the read rule on the
+``entities`` row (a passage: its parent's), and every filter (read rule, lifecycle, types,
+project, current revision of a span) sits in the arm that finds a row, **before** any cap, rank
+or page: a row the reader may not read neither takes a slot nor moves another row's rank.
 
-The lanes, each capped at ``:cap`` readable candidates (``:cap + 1`` are read to tell that the
-cap was hit):
+The full-text lane, step by step (CTEs of the statement):
 
-- **full text**: memories whose ``search_tsv`` (name A, body B) and passages whose
-  ``search_tsv`` (breadcrumb A, text B) match ``websearch_to_tsquery('english', :words)``
-  (``search`` sends its query as is; ``context`` its goal's words joined by ``or``). Per
-  table, the scan stops after ``:scan_cap`` readable matches (so a query matching half the corpus
-  reads a bounded number of rows), and of those the cap keeps the most recently updated (ties by
-  id), a cheap order that reads no vector; only those are ranked, by
-  ``ts_rank_cd(search_tsv, query, 1)``: cover density over the document itself, divided by
-  1 + log(document length). No corpus statistic enters it, so no other row (readable or not) can
-  change a row's text rank. While a table has at most ``:scan_cap`` readable matches (every query
-  of the PEP corpus), the candidates are fully deterministic; past it, which matches the scan
-  meets first depends on the physical order of the table.
-- **exact**: a memory or passage whose id is the query (as sent, or lower-cased), then memories
-  whose lower-cased name starts with the lower-cased query, read from ``ix_entities_name_prefix``
-  in index order (so the scan stops at the cap). Ranked: id hits first, then names bytewise.
+- ``words``: the query's words (bound arrays ``:words`` and their weights ``:idfs``, rarest
+  first), each as a ``plainto_tsquery('english', word)`` and its lexemes; stop words drop out.
+- ``memory_matches`` / ``passage_matches``: per word, its first ``:term_cap + 1`` readable
+  matches in ``head_tsv`` (name, breadcrumb), then in ``search_tsv`` (GIN index scans, LATERAL
+  per word, so each stops early).
+- ``pool``: each candidate once, the ``:cap`` found by the heaviest words.
+- ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's vectors; per query lexeme
+  its occurrences (``setweight`` marks the query's lexemes, ``ts_filter`` keeps only them, so a
+  vector is never unnested whole), a word's frequency being that of its scarcest lexeme; BM25.
+- ``fulltext``: the ``:cap`` best by score, then id.
+
+Every weight and constant is a bound parameter; no statistic of the stored rows enters a score.
 """
 
 from __future__ import annotations
@@ -54,61 +51,85 @@ _LOWER_QUERY = 'lower(CAST(:query AS text)) COLLATE "C"'
 
 
 def _fulltext_arm(name: str) -> str:
-    """The candidates of one table: per query word (rarest first), its first ``:term_cap + 1``
-    readable matches; ``n`` counts them (``> :term_cap``: the word hit its cap)."""
+    """The candidates of one table, per query word (rarest first): its first ``term_cap + 1``
+    readable matches in a name or breadcrumb (``head`` 1: ``head_tsv``, few rows, the strongest
+    evidence), then its first ``term_cap + 1`` readable matches anywhere (``head`` 0). ``n``
+    counts a word's matches of one kind (``> term_cap``: that scan hit its cap), ``k`` numbers
+    them by id."""
     if name == "entities":
         source = "entities t"
-        key = 't.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, t.search_tsv AS tsv'
-        where = f"t.org_id = :r_org AND t.search_tsv @@ w.tsq AND {_MEMORY_FILTER}"
+        key = 't.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type'
+        row, filters = "t", _MEMORY_FILTER
     else:
         source = "passages p JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id"
-        key = "p.id, p.parent_id, t.type, p.search_tsv AS tsv"
-        where = f"p.org_id = :r_org AND p.search_tsv @@ w.tsq AND {_PASSAGE_FILTER}"
-    return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord) AS n,
-               row_number() OVER (PARTITION BY w.ord ORDER BY m.id) AS k
+        key = "p.id, p.parent_id, t.type"
+        row, filters = "p", _PASSAGE_FILTER
+    return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.head) AS n,
+               row_number() OVER (PARTITION BY w.ord, m.head ORDER BY m.id) AS k
         FROM words w
         CROSS JOIN LATERAL (
-            SELECT {key}
-            FROM {source}
-            WHERE {where}
-            LIMIT :term_cap + 1
+            (SELECT {key}, 1 AS head
+             FROM {source}
+             WHERE {row}.org_id = :r_org AND {row}.head_tsv @@ w.tsq AND {filters}
+             LIMIT :term_cap + 1)
+          UNION ALL
+            (SELECT {key}, 0
+             FROM {source}
+             WHERE {row}.org_id = :r_org AND {row}.search_tsv @@ w.tsq AND {filters}
+             LIMIT :term_cap + 1)
         ) m"""
 
 
 CANDIDATES_SQL = text(
     f"""/* sibyl:search.candidates */
-WITH words AS (  -- the query's words (rarest first, weighted by :idfs), each as its lexemes
+WITH words AS (  -- the query's words (rarest first, with their weights), each as its lexemes
     SELECT w.ord, w.idf, plainto_tsquery('english', w.word) AS tsq,
            tsvector_to_array(to_tsvector('english', w.word)) AS lexemes
     FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[]))
          WITH ORDINALITY AS w(word, idf, ord)
     WHERE numnode(plainto_tsquery('english', w.word)) > 0
 ),
-memory_matches AS (  -- full text, memories: per word its first :term_cap + 1 readable matches
+memory_matches AS (  -- full text, memories: per word, its first readable matches (head, any)
     {_fulltext_arm("entities")}
 ),
 passage_matches AS (  -- full text, passages (read rule on their parent): the same
     {_fulltext_arm("passages")}
 ),
-pool AS (  -- every candidate once; the :cap whose finding words weigh most (Σ idf), then id
-    SELECT c.*
+pool AS (  -- every candidate once: the cap found by the heaviest words (Σ idf, a word found
+    SELECT c.*  -- in a name or breadcrumb counting field_boost times), then by id
     FROM (
-        SELECT DISTINCT ON (m.id) m.id, m.parent_id, m.type, m.tsv,
-               sum(m.idf) OVER (PARTITION BY m.id) AS found_weight
-        FROM (SELECT * FROM memory_matches UNION ALL SELECT * FROM passage_matches) m
-        WHERE m.k <= :term_cap
-        ORDER BY m.id
+        SELECT f.id, min(f.parent_id) AS parent_id, min(f.type) AS type,
+               sum(f.idf * CASE WHEN f.head = 1 THEN CAST(:field_boost AS float8) ELSE 1 END)
+                 AS found_weight
+        FROM (
+            SELECT m.id, m.ord, min(m.parent_id) AS parent_id, min(m.type) AS type,
+                   min(m.idf) AS idf, max(m.head) AS head
+            FROM (SELECT * FROM memory_matches UNION ALL SELECT * FROM passage_matches) m
+            WHERE m.k <= :term_cap
+            GROUP BY m.id, m.ord
+        ) f
+        GROUP BY f.id
     ) c
     ORDER BY c.found_weight DESC, c.id
     LIMIT :cap
 ),
-lexeme_tf AS (  -- per candidate and query lexeme: its positions, name/breadcrumb (A) boosted
+documents AS (  -- the pool's vectors
+    SELECT c.id, c.parent_id, c.type, coalesce(p.search_tsv, t.search_tsv) AS tsv
+    FROM pool c
+    LEFT JOIN entities t ON c.parent_id IS NULL AND t.org_id = :r_org AND t.id = c.id
+    LEFT JOIN passages p ON c.parent_id IS NOT NULL AND p.org_id = :r_org AND p.id = c.id
+),
+lexeme_tf AS (  -- per candidate and query lexeme: its positions, name/breadcrumb (A) boosted;
+    -- setweight marks the query's lexemes (A positions as C, B as D), ts_filter keeps them
     SELECT c.id, u.lexeme,
            cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
-             * cardinality(array_positions(u.weights, 'A')) AS tf
-    FROM pool c
-    CROSS JOIN LATERAL unnest(c.tsv) u
-    WHERE u.lexeme = ANY(ARRAY(SELECT unnest(w.lexemes) FROM words w))
+             * cardinality(array_positions(u.weights, 'C')) AS tf
+    FROM documents c
+    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
+    CROSS JOIN LATERAL unnest(ts_filter(
+        setweight(ts_filter(c.tsv, '{{a}}'), 'C', q.lexemes)
+          || setweight(ts_filter(c.tsv, '{{b}}'), 'D', q.lexemes),
+        '{{c,d}}')) u
 ),
 word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
     SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
@@ -117,17 +138,17 @@ word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all m
     GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
     HAVING count(*) = cardinality(w.lexemes)
 ),
-scored AS (  -- BM25: Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / :avg_length))
+scored AS (  -- BM25: Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / avg_length))
     SELECT c.id, c.parent_id, c.type,
            sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
                / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
                   + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))
              AS text_rank
-    FROM pool c
+    FROM documents c
     JOIN word_tf x ON x.id = c.id
     GROUP BY c.id, c.parent_id, c.type, length(c.tsv)
 ),
-fulltext AS (  -- the :cap best
+fulltext AS (  -- the cap best
     SELECT r.*
     FROM (
         SELECT s.id, s.parent_id, s.type, s.text_rank,

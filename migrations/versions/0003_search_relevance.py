@@ -7,6 +7,10 @@ exact lane (contract §7, §8; issue 12)
   any other body is indexed whole, with no length cut-off. So a long memory competes through its
   name, its lead and its passages, never through its whole body on one row.
 - ``passages.search_tsv``: the breadcrumb (weight A) and the whole span (weight B), no cut-off.
+- ``entities.head_tsv`` (the name) and ``passages.head_tsv`` (the breadcrumb), with GIN indexes
+  ``ix_entities_head`` and ``ix_passages_head``: the full-text lane scans a word's matches in
+  these heads first, so when a common word's matches are capped, the candidates kept are those
+  holding it in a name or heading (the strongest evidence), not the first rows met.
 - ``entities.title_lower``: the name's title after a conventional prefix such as ``PEP 8: `` or
   ``KEP-753: `` (letters, optional space or hyphen, a number, a separator ``:`` ``.`` or a dash,
   then spaces), lower-cased, ``"C"`` collation; null when the name has no such prefix. Indexed
@@ -44,6 +48,8 @@ PASSAGE_TSV = (
     "setweight(to_tsvector('english'::regconfig, coalesce(breadcrumb, '')), 'A') || "
     "setweight(to_tsvector('english'::regconfig, content), 'B')"
 )
+ENTITY_HEAD = "to_tsvector('english'::regconfig, name)"
+PASSAGE_HEAD = "to_tsvector('english'::regconfig, coalesce(breadcrumb, ''))"
 TITLE_PREFIX = "^[[:alpha:]]{2,12}[ -]?[0-9]+[[:alnum:]]*[[:space:]]*[-:.–—][[:space:]]+"
 TITLE_LOWER = (
     f"CASE WHEN name ~ '{TITLE_PREFIX}' THEN lower(regexp_replace(name, '{TITLE_PREFIX}', '')) END"
@@ -86,6 +92,19 @@ def _vectors(entity_tsv: str, passage_tsv: str) -> None:
 
 def upgrade() -> None:
     _vectors(ENTITY_TSV, PASSAGE_TSV)
+    for table, expression in (("entities", ENTITY_HEAD), ("passages", PASSAGE_HEAD)):
+        op.add_column(
+            table,
+            sa.Column(
+                "head_tsv",
+                postgresql.TSVECTOR(),
+                sa.Computed(expression, persisted=True),
+                nullable=True,
+            ),
+        )
+        op.create_index(
+            f"ix_{table}_head", table, ["head_tsv"], unique=False, postgresql_using="gin"
+        )
     op.add_column(
         "entities",
         sa.Column(
@@ -103,4 +122,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_entities_title_prefix", table_name="entities")
     op.drop_column("entities", "title_lower")
+    for table in ("entities", "passages"):
+        op.drop_index(f"ix_{table}_head", table_name=table, postgresql_using="gin")
+        op.drop_column(table, "head_tsv")
     _vectors(OLD_ENTITY_TSV, OLD_PASSAGE_TSV)
