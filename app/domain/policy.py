@@ -49,6 +49,7 @@ SLICE_CHARS = Bound(0, 50_000, 18_000)
 SEARCH_LIMIT = Bound(1, 50, 10)
 SEARCH_OFFSET = Bound(0, 10_000, 0)
 RRF_K = 60
+SEARCH_SCAN_WORDS = 3  # candidates are found through the query's 3 rarest words (all score)
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
 CONTEXT_LIMIT = Bound(1, 50, 24)

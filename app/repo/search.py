@@ -12,9 +12,9 @@ The full-text lane, step by step (CTEs of the statement):
 
 - ``words``: the query's words (bound arrays ``:words`` and their weights ``:idfs``, rarest
   first), each as a ``plainto_tsquery('english', word)`` and its lexemes; stop words drop out.
-- ``memory_matches`` / ``passage_matches``: per word, its first ``:term_cap + 1`` readable
-  matches in ``head_tsv`` (name, breadcrumb), then in ``search_tsv`` (GIN index scans, LATERAL
-  per word, so each stops early).
+- ``memory_matches`` / ``passage_matches``: per word of the ``:scan_words`` rarest, its first
+  ``:term_cap + 1`` readable matches in ``head_tsv`` (name, breadcrumb), then in ``search_tsv``
+  (GIN index scans, LATERAL per word, so each stops early).
 - ``pool``: each candidate once, the ``:cap`` found by the heaviest words.
 - ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's vectors; per query lexeme
   its occurrences (``setweight`` marks the query's lexemes, ``ts_filter`` keeps only them, so a
@@ -66,7 +66,7 @@ def _fulltext_arm(name: str) -> str:
         row, filters = "p", _PASSAGE_FILTER
     return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.head) AS n,
                row_number() OVER (PARTITION BY w.ord, m.head ORDER BY m.id) AS k
-        FROM words w
+        FROM (SELECT * FROM words ORDER BY ord LIMIT :scan_words) w
         CROSS JOIN LATERAL (
             (SELECT {key}, 1 AS head
              FROM {source}
@@ -220,7 +220,8 @@ exact AS (  -- tiers: 0 id; 1 the whole name or title; 2 a whole-word prefix; 3 
     ) e
 ),
 flags AS (
-    SELECT coalesce((SELECT max(n) > :term_cap FROM memory_matches), false)
+    SELECT (SELECT count(*) > :scan_words FROM words)
+        OR coalesce((SELECT max(n) > :term_cap FROM memory_matches), false)
         OR coalesce((SELECT max(n) > :term_cap FROM passage_matches), false)
         OR (SELECT count(*) > :cap FROM (SELECT DISTINCT id FROM memory_matches
                                          UNION SELECT id FROM passage_matches) a)
@@ -316,6 +317,7 @@ def candidate_params(
     project: str | None,
     cap: int,
     term_cap: int,
+    scan_words: int,
     scoring: Scoring = Scoring(),
 ) -> dict[str, object]:
     """Every bound parameter of :data:`CANDIDATES_SQL`: ``query`` is what the exact lane matches
@@ -332,6 +334,7 @@ def candidate_params(
         "project": project,
         "cap": cap,
         "term_cap": term_cap,
+        "scan_words": scan_words,
         "k1": scoring.k1,
         "b": scoring.b,
         "avg_length": scoring.avg_length,
