@@ -392,8 +392,9 @@ async def test_a_question_finds_memories_holding_some_of_its_words_rarest_first(
         *_open_org(sfx, org, {"ann": "member"}),
         # the answer holds the rare words of the question, not all of them
         _ent(org, sfx, "d_build", "Build settings", "The [build-system] table of pyproject.toml."),
-        # commoner words only, repeated
-        _ent(org, sfx, "d_table", "Tables", "A table holds data. Which table? The data table."),
+        # commoner words, repeated, and one of the rarer ones in its name (a name is scanned for
+        # the 3 rarest words, a body for the rarest: every word then counts in the score)
+        _ent(org, sfx, "d_table", "Build tables", "A table of data. Which table? The data table."),
         _ent(org, sfx, "d_none", "Unrelated", "Nothing of the question here at all."),
     ]
     await import_dicts(engine, records)

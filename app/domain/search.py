@@ -30,19 +30,19 @@ page), and the others are listed, best first, in that result's ``metadata.collap
 nothing a reader cannot see.
 
 **Bounded cost, relevance first.** With ``cap`` = ``SIBYL_SEARCH_CANDIDATE_CAP`` (default
-200): candidates are found through the query's :data:`~app.domain.policy.SEARCH_SCAN_WORDS` (3)
-rarest words only; the others still count in every candidate's score (a document holding none
-of the rarest words can only score through commoner ones). For each of those words and each
-table, the scan keeps at most ``cap`` readable matches in a name or breadcrumb (``head_tsv``:
-the strongest evidence, scanned first) and ``cap`` matches anywhere; a rare word's matches are
-therefore all kept. Of the candidates so found, the ``cap`` found by the heaviest words (Σ idf,
-a word found in a head counting 3 times; then id) are scored. Only a word common enough to have
-more than ``cap`` readable matches of one kind is sampled, and then among rows of equal standing
-(the order of its index scan): the candidates a cap drops are those holding fewer and commoner
-query words, never chosen by recency. ``filters.candidates_capped`` says when any scan or the
-pool hit its cap, or when words were left out of the scans (``filters.scan_words``: how many
-words find candidates). The exact lane reads the name and title indexes in order and stops
-after ``cap + 1`` rows each.
+200): candidates are found through the query's rarest words only, every word still counting in
+each candidate's score (a document holding none of the rarest words can only score through
+commoner ones): the :data:`~app.domain.policy.SEARCH_SCAN_WORDS` (3) rarest find up to ``cap``
+readable matches each in names and breadcrumbs (``head_tsv``: the strongest evidence), and the
+:data:`~app.domain.policy.SEARCH_BODY_WORDS` (1) rarest up to ``cap`` matches anywhere, per
+table. A rare word's matches are therefore all kept; only a word with more than ``cap`` readable
+matches of one kind is sampled, among rows of equal standing for it (the order of its index
+scan). Of the candidates so found, the ``cap`` found by the heaviest words (Σ idf, a head find
+counting 3 times; then id) are scored. What a cap drops are candidates holding fewer and
+commoner query words, never chosen by recency. ``filters.candidates_capped`` says when any scan
+or the pool hit its cap, or when words were left out of the scans (``filters.scan_words``,
+``filters.body_scan_words``). The exact lane reads the name and title indexes in order and
+stops after ``cap + 1`` rows each.
 
 Measured on the PEP corpus (736 memories, 11,595 passages), PostgreSQL 15, 2 shared cores, as
 the org admin: ``docs/search.md``.
@@ -222,6 +222,7 @@ async def find_candidates(
         cap=cap,
         term_cap=cap,
         scan_words=policy.SEARCH_SCAN_WORDS,
+        body_words=policy.SEARCH_BODY_WORDS,
     )
     return await search_repo.candidates(conn, params=params)
 
@@ -335,6 +336,7 @@ async def search(
         "candidate_cap": s.search_candidate_cap,
         "candidates_capped": capped,
         "scan_words": policy.SEARCH_SCAN_WORDS,
+        "body_scan_words": policy.SEARCH_BODY_WORDS,
         "round_budget": policy.ROUND_BUDGET,
     }
     return SearchResponse(

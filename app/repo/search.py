@@ -12,9 +12,10 @@ The full-text lane, step by step (CTEs of the statement):
 
 - ``words``: the query's words (bound arrays ``:words`` and their weights ``:idfs``, rarest
   first), each as a ``plainto_tsquery('english', word)`` and its lexemes; stop words drop out.
-- ``memory_matches`` / ``passage_matches``: per word of the ``:scan_words`` rarest, its first
-  ``:term_cap + 1`` readable matches in ``head_tsv`` (name, breadcrumb), then in ``search_tsv``
-  (GIN index scans, LATERAL per word, so each stops early).
+- ``memory_matches`` / ``passage_matches``: per word of the ``scan_words`` rarest, its first
+  ``term_cap + 1`` readable matches in ``head_tsv`` (name, breadcrumb), and for the
+  ``body_words`` rarest, its first ``term_cap + 1`` in ``search_tsv`` (GIN index scans, LATERAL
+  per word, so each stops early).
 - ``pool``: each candidate once, the ``:cap`` found by the heaviest words.
 - ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's vectors; per query lexeme
   its occurrences (``setweight`` marks the query's lexemes, ``ts_filter`` keeps only them, so a
@@ -66,16 +67,18 @@ def _fulltext_arm(name: str) -> str:
         row, filters = "p", _PASSAGE_FILTER
     return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.head) AS n,
                row_number() OVER (PARTITION BY w.ord, m.head ORDER BY m.id) AS k
-        FROM (SELECT * FROM words ORDER BY ord LIMIT :scan_words) w
+        FROM words w
         CROSS JOIN LATERAL (
             (SELECT {key}, 1 AS head
              FROM {source}
-             WHERE {row}.org_id = :r_org AND {row}.head_tsv @@ w.tsq AND {filters}
+             WHERE w.rarity <= :scan_words
+               AND {row}.org_id = :r_org AND {row}.head_tsv @@ w.tsq AND {filters}
              LIMIT :term_cap + 1)
           UNION ALL
             (SELECT {key}, 0
              FROM {source}
-             WHERE {row}.org_id = :r_org AND {row}.search_tsv @@ w.tsq AND {filters}
+             WHERE w.rarity <= :body_words
+               AND {row}.org_id = :r_org AND {row}.search_tsv @@ w.tsq AND {filters}
              LIMIT :term_cap + 1)
         ) m"""
 
@@ -84,7 +87,8 @@ CANDIDATES_SQL = text(
     f"""/* sibyl:search.candidates */
 WITH words AS (  -- the query's words (rarest first, with their weights), each as its lexemes
     SELECT w.ord, w.idf, plainto_tsquery('english', w.word) AS tsq,
-           tsvector_to_array(to_tsvector('english', w.word)) AS lexemes
+           tsvector_to_array(to_tsvector('english', w.word)) AS lexemes,
+           row_number() OVER (ORDER BY w.ord) AS rarity
     FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[]))
          WITH ORDINALITY AS w(word, idf, ord)
     WHERE numnode(plainto_tsquery('english', w.word)) > 0
@@ -220,7 +224,7 @@ exact AS (  -- tiers: 0 id; 1 the whole name or title; 2 a whole-word prefix; 3 
     ) e
 ),
 flags AS (
-    SELECT (SELECT count(*) > :scan_words FROM words)
+    SELECT (SELECT count(*) > :body_words FROM words)
         OR coalesce((SELECT max(n) > :term_cap FROM memory_matches), false)
         OR coalesce((SELECT max(n) > :term_cap FROM passage_matches), false)
         OR (SELECT count(*) > :cap FROM (SELECT DISTINCT id FROM memory_matches
@@ -318,6 +322,7 @@ def candidate_params(
     cap: int,
     term_cap: int,
     scan_words: int,
+    body_words: int,
     scoring: Scoring = Scoring(),
 ) -> dict[str, object]:
     """Every bound parameter of :data:`CANDIDATES_SQL`: ``query`` is what the exact lane matches
@@ -335,6 +340,7 @@ def candidate_params(
         "cap": cap,
         "term_cap": term_cap,
         "scan_words": scan_words,
+        "body_words": body_words,
         "k1": scoring.k1,
         "b": scoring.b,
         "avg_length": scoring.avg_length,
