@@ -49,8 +49,9 @@ SLICE_CHARS = Bound(0, 50_000, 18_000)
 SEARCH_LIMIT = Bound(1, 50, 10)
 SEARCH_OFFSET = Bound(0, 10_000, 0)
 RRF_K = 60
-SEARCH_SCAN_WORDS = 3  # the rarest words that find candidates in names and breadcrumbs
-SEARCH_BODY_WORDS = 1  # the rarest words that find candidates anywhere (every word scores)
+SEARCH_BREADCRUMB_WORDS = 3  # the rarest words that find candidates in passage breadcrumbs
+SEARCH_BODY_WORDS = 1  # the rarest words that find candidates anywhere (every word scores;
+# every word finds candidates in memory names)
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
 CONTEXT_LIMIT = Bound(1, 50, 24)

@@ -30,19 +30,20 @@ page), and the others are listed, best first, in that result's ``metadata.collap
 nothing a reader cannot see.
 
 **Bounded cost, relevance first.** With ``cap`` = ``SIBYL_SEARCH_CANDIDATE_CAP`` (default
-200): candidates are found through the query's rarest words only, every word still counting in
-each candidate's score (a document holding none of the rarest words can only score through
-commoner ones): the :data:`~app.domain.policy.SEARCH_SCAN_WORDS` (3) rarest find up to ``cap``
-readable matches each in names and breadcrumbs (``head_tsv``: the strongest evidence), and the
-:data:`~app.domain.policy.SEARCH_BODY_WORDS` (1) rarest up to ``cap`` matches anywhere, per
-table. A rare word's matches are therefore all kept; only a word with more than ``cap`` readable
-matches of one kind is sampled, among rows of equal standing for it (the order of its index
-scan). Of the candidates so found, the ``cap`` found by the heaviest words (Σ idf, a head find
-counting 3 times; then id) are scored. What a cap drops are candidates holding fewer and
-commoner query words, never chosen by recency. ``filters.candidates_capped`` says when any scan
-or the pool hit its cap, or when words were left out of the scans (``filters.scan_words``,
-``filters.body_scan_words``). The exact lane reads the name and title indexes in order and
-stops after ``cap + 1`` rows each.
+200): candidates are found through the query's words by rarity, every word still counting in
+each candidate's score (:data:`SCAN`): every word finds up to ``cap`` readable memories whose
+*name* holds it (``head_tsv``: the shortest, strongest evidence), the
+:data:`~app.domain.policy.SEARCH_BREADCRUMB_WORDS` (3) rarest find up to ``cap`` passages whose
+breadcrumb holds them, and the :data:`~app.domain.policy.SEARCH_BODY_WORDS` (1) rarest up to
+``cap`` matches anywhere, per table. A document holding none of the rarest words in its text can
+only score through commoner ones. A rare word's matches are all kept; only a word with more than
+``cap`` readable matches of one kind is sampled, among rows of equal standing for it (the order
+of its index scan). Of the candidates so found, the ``cap`` found by the heaviest words (Σ idf, a
+head find counting 3 times; then id) are scored. What a cap drops are candidates holding fewer
+and commoner query words, never chosen by recency. ``filters.candidates_capped`` says when any
+scan or the pool hit its cap, or when words were left out of the body scan
+(``filters.scan_words`` echoes :data:`SCAN`). The exact lane reads the name and title indexes in
+order and stops after ``cap + 1`` rows each.
 
 Measured on the PEP corpus (736 memories, 11,595 passages), PostgreSQL 15, 2 shared cores, as
 the org admin: ``docs/search.md``.
@@ -82,6 +83,13 @@ __all__ = [
 ]
 
 _LIFECYCLES = ("active", "superseded", "retired")
+SCAN = search_repo.Scan(
+    names=terms.MAX_WORDS,
+    breadcrumbs=policy.SEARCH_BREADCRUMB_WORDS,
+    bodies=policy.SEARCH_BODY_WORDS,
+)
+"""Where the query's words find candidates: every word in memory names, the 3 rarest in
+breadcrumbs, the rarest anywhere (see the module docstring)."""
 
 
 FULLTEXT = "fulltext"
@@ -221,8 +229,7 @@ async def find_candidates(
         project=project,
         cap=cap,
         term_cap=cap,
-        scan_words=policy.SEARCH_SCAN_WORDS,
-        body_words=policy.SEARCH_BODY_WORDS,
+        scan=SCAN,
     )
     return await search_repo.candidates(conn, params=params)
 
@@ -335,8 +342,11 @@ async def search(
         "rrf_k": policy.RRF_K,
         "candidate_cap": s.search_candidate_cap,
         "candidates_capped": capped,
-        "scan_words": policy.SEARCH_SCAN_WORDS,
-        "body_scan_words": policy.SEARCH_BODY_WORDS,
+        "scan_words": {
+            "names": SCAN.names,
+            "breadcrumbs": SCAN.breadcrumbs,
+            "bodies": SCAN.bodies,
+        },
         "round_budget": policy.ROUND_BUDGET,
     }
     return SearchResponse(

@@ -12,10 +12,10 @@ The full-text lane, step by step (CTEs of the statement):
 
 - ``words``: the query's words (bound arrays ``:words`` and their weights ``:idfs``, rarest
   first), each as a ``plainto_tsquery('english', word)`` and its lexemes; stop words drop out.
-- ``memory_matches`` / ``passage_matches``: per word of the ``scan_words`` rarest, its first
-  ``term_cap + 1`` readable matches in ``head_tsv`` (name, breadcrumb), and for the
-  ``body_words`` rarest, its first ``term_cap + 1`` in ``search_tsv`` (GIN index scans, LATERAL
-  per word, so each stops early).
+- ``memory_matches`` / ``passage_matches``: per word, its first ``term_cap + 1`` readable
+  matches in ``head_tsv`` (a memory's name: every word; a passage's breadcrumb: the
+  ``breadcrumb_words`` rarest), and for the ``body_words`` rarest its first ``term_cap + 1`` in
+  ``search_tsv`` (GIN index scans, LATERAL per word, so each stops early).
 - ``pool``: each candidate once, the ``:cap`` found by the heaviest words.
 - ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's vectors; per query lexeme
   its occurrences (``setweight`` marks the query's lexemes, ``ts_filter`` keeps only them, so a
@@ -57,10 +57,12 @@ def _fulltext_arm(name: str) -> str:
     evidence), then its first ``term_cap + 1`` readable matches anywhere (``head`` 0). ``n``
     counts a word's matches of one kind (``> term_cap``: that scan hit its cap), ``k`` numbers
     them by id."""
+    heads = ":breadcrumb_words"
     if name == "entities":
         source = "entities t"
         key = 't.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type'
         row, filters = "t", _MEMORY_FILTER
+        heads = ":name_words"
     else:
         source = "passages p JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id"
         key = "p.id, p.parent_id, t.type"
@@ -71,7 +73,7 @@ def _fulltext_arm(name: str) -> str:
         CROSS JOIN LATERAL (
             (SELECT {key}, 1 AS head
              FROM {source}
-             WHERE w.rarity <= :scan_words
+             WHERE w.rarity <= {heads}
                AND {row}.org_id = :r_org AND {row}.head_tsv @@ w.tsq AND {filters}
              LIMIT :term_cap + 1)
           UNION ALL
@@ -310,6 +312,16 @@ class Scoring:
     field_boost: float = 3.0
 
 
+@dataclass(frozen=True)
+class Scan:
+    """How many of a query's rarest words find candidates in memory names (``names``), passage
+    breadcrumbs (``breadcrumbs``) and anywhere (``bodies``); every word scores."""
+
+    names: int
+    breadcrumbs: int
+    bodies: int
+
+
 def candidate_params(
     reader_params: dict[str, object],
     *,
@@ -321,8 +333,7 @@ def candidate_params(
     project: str | None,
     cap: int,
     term_cap: int,
-    scan_words: int,
-    body_words: int,
+    scan: Scan,
     scoring: Scoring = Scoring(),
 ) -> dict[str, object]:
     """Every bound parameter of :data:`CANDIDATES_SQL`: ``query`` is what the exact lane matches
@@ -339,8 +350,9 @@ def candidate_params(
         "project": project,
         "cap": cap,
         "term_cap": term_cap,
-        "scan_words": scan_words,
-        "body_words": body_words,
+        "name_words": scan.names,
+        "breadcrumb_words": scan.breadcrumbs,
+        "body_words": scan.bodies,
         "k1": scoring.k1,
         "b": scoring.b,
         "avg_length": scoring.avg_length,
