@@ -100,8 +100,8 @@ EXACT = "exact"
 class Ranked:
     """A candidate with its rank in each lane it is in (1 = best) and its fused score.
 
-    ``type`` is the memory's type (a passage's parent's); ``text_rank`` the ``ts_rank_cd`` value
-    of its full-text match (None: no full-text match).
+    ``type`` is the memory's type (a passage's parent's); ``text_rank`` its BM25 score in the
+    full-text lane (> 0; None: no full-text match).
     """
 
     id: str
@@ -217,7 +217,8 @@ async def find_candidates(
 ) -> tuple[list[search_repo.Candidate], bool]:
     """Every readable candidate of the two lanes (see the module docstring) with its lane ranks,
     and whether a lane hit its cap. ``query`` feeds the exact lane; ``words`` (default:
-    ``query``) the full-text lane, in web-search syntax. Shared by ``search`` and ``context``."""
+    ``query``) the full-text lane, as free text (split by :func:`app.domain.terms.words`).
+    Shared by ``search`` and ``context``."""
     weighted = terms.words(query if words is None else words)
     params = search_repo.candidate_params(
         reader.params(),
@@ -270,7 +271,7 @@ def hit_fields(hit: search_repo.Hit, preview_chars: int) -> dict[str, Any]:
 
 def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
     """``metadata.match``: the hit's rank in each of ``lanes`` (null: not in it), and its text
-    rank (``ts_rank_cd``; null: no full-text match)."""
+    rank (its BM25 score; null: no full-text match)."""
     out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in lanes}
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
     return out
