@@ -528,3 +528,35 @@ async def test_hidden_documents_full_of_the_query_words_change_nothing_a_reader_
         seen_by_bob = await _search(client, bob, query="kelp", limit=50)
         assert any(r["id"].startswith("h") for r in seen_by_bob["results"]) == stuffed
     assert answers[True] == answers[False]
+
+
+async def test_a_cut_made_before_issue_12_that_dropped_text_keeps_it_searchable(engine, client):
+    """A memory cut under the old rule (64 spans kept, the rest dropped, not lossless) is indexed
+    whole on its own row until an edit re-cuts it (migration 0003), so no word is lost."""
+    sfx, org = secrets.token_hex(3), "org_legacy_" + secrets.token_hex(4)
+    body = f"## One\n\n{SECTION}\n\n## Two\n\n{SECTION}\n\n## Three\n\n{SECTION} wallaroo\n"
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_old", "Old cut", body, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    assert (await _search(client, key, query="wallaroo"))["results"][0]["type"] == "passage"
+    async with engine.begin() as conn:  # what the old cutter left: the last span dropped
+        await conn.execute(
+            text(
+                "DELETE FROM passages WHERE org_id = :o AND parent_id = 'doc_old'"
+                " AND passage_index = (SELECT max(passage_index) FROM passages"
+                " WHERE org_id = :o AND parent_id = 'doc_old')"
+            ),
+            {"o": org},
+        )
+        await conn.execute(
+            text(
+                "UPDATE entities SET passage_total = 64, passages_lossless = false"
+                " WHERE org_id = :o AND id = 'doc_old'"
+            ),
+            {"o": org},
+        )
+    (hit,) = (await _search(client, key, query="wallaroo"))["results"]
+    assert hit["id"] == "doc_old"

@@ -41,8 +41,8 @@ Id = Text(collation="C")
 # Full-text documents of search (contract §8; migration 0003 says why they are built this way).
 ENTITY_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, name), 'A') || "
-    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 "
-    "THEN left(content, 600) ELSE content END), 'B')"
+    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 AND "
+    "(passages_lossless OR passage_total < 64) THEN left(content, 600) ELSE content END), 'B')"
 )
 PASSAGE_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, coalesce(breadcrumb, '')), 'A') || "

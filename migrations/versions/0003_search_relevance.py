@@ -2,10 +2,14 @@
 exact lane (contract §7, §8; issue 12)
 
 - ``entities.search_tsv``: the name (weight A) and, for a memory whose body is carried by
-  passages (``passage_total > 0``: since issue 12 every cut tiles the whole body, merging spans
-  past the count cap instead of dropping them), only a short lead (its first 600 characters);
-  any other body is indexed whole, with no length cut-off. So a long memory competes through its
-  name, its lead and its passages, never through its whole body on one row.
+  passages, only a short lead (its first 600 characters); any other body is indexed whole, with
+  no length cut-off. So a long memory competes through its name, its lead and its passages,
+  never through its whole body on one row. Since issue 12 every cut tiles the whole body
+  (spans past the count cap are merged, not dropped); a cut made before it could have dropped
+  text past its 64th span, so "carried by passages" is ``passage_total > 0 AND
+  (passages_lossless OR passage_total < 64)``: such an older cut (64 spans, not lossless) keeps
+  its whole body searchable on the memory's row until its next edit re-cuts it (an evidence cut
+  of exactly 64 windows is indexed whole too: never lossless, it cannot tell).
 - ``passages.search_tsv``: the breadcrumb (weight A) and the whole span (weight B), no cut-off.
 - ``entities.head_tsv`` (the name) and ``passages.head_tsv`` (the breadcrumb), with GIN indexes
   ``ix_entities_head`` and ``ix_passages_head``: the full-text lane scans a word's matches in
@@ -19,9 +23,6 @@ exact lane (contract §7, §8; issue 12)
 
 PostgreSQL 15 and 16 cannot change a generated column's expression in place, so both vectors
 are dropped and added again (their GIN indexes with them), which recomputes every row.
-
-Memories cut before this revision under the old rule (more than 64 spans: the rest dropped,
-``passages_lossless`` false) keep their passages until their next edit re-cuts them.
 
 Revision ID: 0003
 Revises: 0002
@@ -41,8 +42,8 @@ depends_on: str | Sequence[str] | None = None
 
 ENTITY_TSV = (
     "setweight(to_tsvector('english'::regconfig, name), 'A') || "
-    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 "
-    "THEN left(content, 600) ELSE content END), 'B')"
+    "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 AND "
+    "(passages_lossless OR passage_total < 64) THEN left(content, 600) ELSE content END), 'B')"
 )
 PASSAGE_TSV = (
     "setweight(to_tsvector('english'::regconfig, coalesce(breadcrumb, '')), 'A') || "
