@@ -330,7 +330,7 @@ async def test_the_context_tool_returns_what_rest_returns(engine, client):
     async with Client(build_mcp(lambda: engine, fixed_key(keys["bob"]))) as mcp:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
         assert tools["context"].annotations.read_only_hint is True
-        assert "at most 3 rounds" in tools["context"].description
+        assert "At most 3 retrieval rounds" in tools["context"].description
         result = await mcp.call_tool("context", body)
     assert not result.is_error
     assert result.structured_content == await _pack(client, keys["bob"], **body)

@@ -87,6 +87,10 @@ READ_POSTS: dict[str, list[dict[str, Any]]] = {
         {"query": "plan", "project": P, "lifecycle": ["active", "superseded"]},
         {"query": "decision", "types": ["decision", "passage"]},
         {"query": "body", "limit": 1, "offset": 1},
+        # a question whose words fill the secret (any word matches, issue 12): its hidden body
+        # must not move, score or reorder what the readers see (no statistic over hidden rows)
+        {"query": "What is the secret plan of part word1, word2 and word149?", "limit": 50},
+        {"query": "word7 word8 word9 decision body plan", "content_max_chars": 0},
     ],
     "/api/context/pack": [
         {"goal": "$MARKER"},

@@ -3,11 +3,13 @@ lifecycle, bounds, the capped lanes, REST and MCP, and the PEP corpus."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import secrets
 
 import pytest
 from mcp import Client
+from sqlalchemy import text
 
 from app.core.settings import Settings
 from app.domain import policy
@@ -346,7 +348,7 @@ async def test_the_search_tool_returns_what_rest_returns(engine, client):
     async with Client(build_mcp(lambda: engine, fixed_key(keys["bob"]))) as mcp:
         tools = {t.name: t for t in (await mcp.list_tools()).tools}
         assert tools["search"].annotations.read_only_hint is True
-        assert "at most 3 rounds" in tools["search"].description
+        assert "At most 3 retrieval rounds" in tools["search"].description
         result = await mcp.call_tool("search", body)
         blank = await mcp.call_tool("search", {"query": " "})
     assert not result.is_error
@@ -371,3 +373,190 @@ async def test_type_hints_on_the_pep_corpus(client, pep_corpus):
     assert seen, "the outsider still finds the public PEPs"
     assert "pep_0484" not in _ids(outsider_pages)
     assert all(r["project_id"] != "proj_typing" for r in seen)
+
+
+# --- issue 12: relevance, no leak through ranking, every word findable, titles ------------------
+
+
+def _open_org(sfx: str, org: str, users: dict[str, str]) -> list[dict]:
+    return [
+        *_org(sfx, org=org, users=users),
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        {"kind": "project", "id": "p1", "org": org, "name": "Closed", "visibility": "private"},
+    ]
+
+
+async def test_a_question_finds_memories_holding_some_of_its_words_rarest_first(engine, client):
+    sfx, org = secrets.token_hex(3), "org_nl_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        # the answer holds the rare words of the question, not all of them
+        _ent(org, sfx, "d_build", "Build settings", "The [build-system] table of pyproject.toml."),
+        # commoner words, repeated, and one of the rarer ones in its name (a name is scanned for
+        # the 3 rarest words, a body for the rarest: every word then counts in the score)
+        _ent(org, sfx, "d_table", "Build tables", "A table of data. Which table? The data table."),
+        _ent(org, sfx, "d_none", "Unrelated", "Nothing of the question here at all."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query="Which table of pyproject.toml holds build data?")
+    ids = [r["id"] for r in got["results"]]
+    assert ids == ["d_build", "d_table"]  # any word matches; the rare one weighs most
+    first, second = got["results"]
+    assert first["metadata"]["match"]["text_rank"] > second["metadata"]["match"]["text_rank"] > 0
+    # stop words alone find nothing, and never fail
+    assert (await _search(client, key, query="which of the"))["results"] == []
+
+
+async def test_the_passage_holding_the_answer_outranks_a_long_memorys_opening(engine, client):
+    sfx, org = secrets.token_hex(3), "org_long_" + secrets.token_hex(4)
+    sections = "".join(f"## Part {i}\n\n{SECTION}\n\n" for i in range(12))
+    body = sections + "## Answer\n\nThe quokka lives on Rottnest island.\n\n" + sections
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_long", "Handbook", body, type="document"),
+        _ent(org, sfx, "doc_short", "Island note", "An island somewhere."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query="Where does the quokka live?")
+    top = got["results"][0]
+    assert top["type"] == "passage" and top["parent_entity_id"] == "doc_long"
+    assert "Rottnest" in top["content"] and top["widen_with"] == "fetch_slice"
+
+
+async def test_a_word_at_offset_200000_of_a_250k_memory_is_found_with_its_passage(engine, client):
+    sfx, org = secrets.token_hex(3), "org_deep_" + secrets.token_hex(4)
+    rare = "xylophonic" + secrets.token_hex(3)
+    paragraph = ("lorem ipsum dolor sit amet " * 33).strip() + "\n\n"  # ~900 characters
+    body = "# Manual\n\n" + paragraph * 300
+    at = body.index("\n\n", 200_000) + 2
+    body = body[:at] + rare + " " + body[at:]
+    assert len(body) > 250_000 and body.index(rare) > 200_000
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_huge", "Manual", body, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query=rare, content_max_chars=50_000)
+    (hit,) = got["results"]
+    assert hit["type"] == "passage" and hit["parent_entity_id"] == "doc_huge"
+    assert rare in hit["content"]
+    # every character of the body lies in one of at most 64 passages
+    async with engine.connect() as conn:
+        spans = (
+            await conn.execute(
+                text(
+                    "SELECT start_offset, end_offset FROM passages"
+                    " WHERE org_id = :o AND parent_id = 'doc_huge' ORDER BY passage_index"
+                ),
+                {"o": org},
+            )
+        ).all()
+    assert len(spans) <= 64 and spans[0][0] == 0 and spans[-1][1] == len(body)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+
+
+async def test_the_exact_lane_matches_titles_after_a_prefix_and_whole_word_prefixes(engine, client):
+    sfx, org = secrets.token_hex(3), "org_title_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "kep_753", "KEP-753: Sidecar Containers", "containers that run beside"),
+        _ent(org, sfx, "pep_8", "PEP 8: Style Guide for Python Code", "indentation"),
+        _ent(org, sfx, "pep_80", "PEP 80: Other", "nothing"),
+        _ent(org, sfx, "plain", "Sidecar notes", "notes"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query="Sidecar Containers")
+    assert got["results"][0]["id"] == "kep_753"
+    assert got["results"][0]["metadata"]["match"]["exact_rank"] == 1
+    title = await _search(client, key, query="style guide")  # a whole-word prefix of a title
+    assert title["results"][0]["id"] == "pep_8"
+    assert title["results"][0]["metadata"]["match"]["exact_rank"] == 1
+    # "PEP 8" is a whole-word prefix of "PEP 8: ..." and a mere prefix of "PEP 80: ..."
+    pep = await _search(client, key, query="PEP 8")
+    exact = sorted(
+        (r["metadata"]["match"]["exact_rank"], r["id"])
+        for r in pep["results"]
+        if r["metadata"]["match"]["exact_rank"]
+    )
+    assert [i for _, i in exact] == ["pep_8", "pep_80"]
+
+
+def _stuffed_world(org: str, sfx: str, *, stuffed: bool) -> list[dict]:
+    out = [
+        *_open_org(sfx, org, {"ann": "member", "bob": "member"}),
+        {"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "contributor"},
+        _ent(org, sfx, "v_one", "Kelp forests", "Kelp forests grow in cold water near coasts."),
+        _ent(org, sfx, "v_two", "Coral", "Coral reefs grow in warm water; kelp is rare there."),
+        _ent(org, sfx, "v_three", "Tides", "Tides move water along coasts twice a day."),
+    ]
+    if stuffed:  # hidden from ann: another project's and bob's private memories, full of the
+        # query's words (so corpus-wide statistics would make them common, and rank others lower)
+        stuffing = "kelp forests cold water coasts grow " * 40
+        out += [
+            _ent(org, sfx, f"h_{i}", f"Kelp {i}", stuffing, project="p1", owner="bob")
+            for i in range(30)
+        ]
+        out += [
+            _ent(org, sfx, f"hp_{i}", "Kelp water", stuffing, scope="private", owner="bob")
+            for i in range(10)
+        ]
+    return out
+
+
+async def test_hidden_documents_full_of_the_query_words_change_nothing_a_reader_sees(
+    engine, client
+):
+    """No leak through ranking (§2, §8): an org where 40 hidden memories are stuffed with the
+    query's words and one without them answer a reader who cannot read them byte for byte the
+    same: same hits, ranks, scores, text ranks, flags. The reader who may read them (the pair's
+    allowed side) does see them."""
+    answers = {}
+    for stuffed in (True, False):
+        sfx, org = secrets.token_hex(3), "org_stuff_" + secrets.token_hex(4)
+        await import_dicts(engine, _stuffed_world(org, sfx, stuffed=stuffed))
+        ann = await make_key(engine, f"user_ann_{sfx}")
+        bob = await make_key(engine, f"user_bob_{sfx}")
+        pages = [
+            await _search(client, ann, query=q, limit=50)
+            for q in ("kelp", "Where do kelp forests grow in cold water?", "water coasts")
+        ]
+        answers[stuffed] = json.dumps(pages)
+        seen_by_bob = await _search(client, bob, query="kelp", limit=50)
+        assert any(r["id"].startswith("h") for r in seen_by_bob["results"]) == stuffed
+    assert answers[True] == answers[False]
+
+
+async def test_a_cut_made_before_issue_12_that_dropped_text_keeps_it_searchable(engine, client):
+    """A memory cut under the old rule (64 spans kept, the rest dropped, not lossless) is indexed
+    whole on its own row until an edit re-cuts it (migration 0003), so no word is lost."""
+    sfx, org = secrets.token_hex(3), "org_legacy_" + secrets.token_hex(4)
+    body = f"## One\n\n{SECTION}\n\n## Two\n\n{SECTION}\n\n## Three\n\n{SECTION} wallaroo\n"
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_old", "Old cut", body, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    assert (await _search(client, key, query="wallaroo"))["results"][0]["type"] == "passage"
+    async with engine.begin() as conn:  # what the old cutter left: the last span dropped
+        await conn.execute(
+            text(
+                "DELETE FROM passages WHERE org_id = :o AND parent_id = 'doc_old'"
+                " AND passage_index = (SELECT max(passage_index) FROM passages"
+                " WHERE org_id = :o AND parent_id = 'doc_old')"
+            ),
+            {"o": org},
+        )
+        await conn.execute(
+            text(
+                "UPDATE entities SET passage_total = 64, passages_lossless = false"
+                " WHERE org_id = :o AND id = 'doc_old'"
+            ),
+            {"o": org},
+        )
+    (hit,) = (await _search(client, key, query="wallaroo"))["results"]
+    assert hit["id"] == "doc_old"

@@ -9,6 +9,8 @@ never written.
 
 from __future__ import annotations
 
+import hashlib
+
 from sqlalchemy import text
 
 from tests.team import Team, answer, call, counts, scalar, snapshot
@@ -535,3 +537,20 @@ async def test_evidence_and_prose_projections_on_rest_writes(engine, client):
             answer(await call(client, "POST", "/api/search/slice", ann, json={"entity_id": stale}))
             == NOT_FOUND
         )
+
+
+async def test_a_never_cut_body_too_rich_to_index_is_a_400_not_a_500(engine, client):
+    """Bodies are indexed whole (issue 12); a task body of ~990,000 characters of distinct
+    tokens passes PostgreSQL's 1 MB tsvector limit: the write is refused with a 400 and leaves
+    nothing behind, while an ordinary long task body is accepted and searchable."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    tokens = " ".join(hashlib.md5(str(i).encode()).hexdigest() for i in range(30_000))
+    body = {"id": "t_rich", "type": "task", "name": "Rich", "content": tokens, "project": "p1"}
+    r = await call(client, "POST", "/api/entities", ann, json=body)
+    assert r.status_code == 400 and "too many distinct words" in r.json()["detail"]
+    assert (await call(client, "GET", "/api/entities/t_rich", ann)).status_code == 404
+    long_task = ("plain words again " * 30_000) + "zebrafinch"
+    ok = {**body, "id": "t_long", "content": long_task}
+    assert (await call(client, "POST", "/api/entities", ann, json=ok)).status_code == 201
+    assert "t_long" in await search_ids(client, ann, "zebrafinch")

@@ -38,11 +38,13 @@ def _key(credentials: HTTPAuthorizationCredentials | None) -> str | None:
 async def search(body: SearchRequest, request: Request, credentials: Credentials) -> SearchResponse:
     """``search``: one page of the memories and passages matching ``query`` (contract §8).
 
-    Full-text search (PostgreSQL ``websearch_to_tsquery``, English) over memory names, bodies and
-    passages, fused by reciprocal rank fusion (k = 60) with an exact lane (the id, or the start of
-    a name, case-insensitive). One result per memory: its best hit (the memory or a passage),
-    the others listed in ``metadata.collapsed``; a passage hit carries ``parent_entity_id``,
-    ``passage_index`` and ``widen_with: "fetch_slice"``.
+    Full-text search over memory names, bodies (or a lead, for memories cut into passages) and
+    passages: any word of the query matches, ranked by BM25 with fixed English word rarities
+    (``docs/search.md``); fused by reciprocal rank fusion (k = 60) with an exact lane (the id, or
+    the start of a name or of its title after a prefix such as ``PEP 8: ``, case-insensitive).
+    One result per memory: its best hit (the memory or a passage), the others listed in
+    ``metadata.collapsed``; a passage hit carries ``parent_entity_id``, ``passage_index`` and
+    ``widen_with: "fetch_slice"``.
 
     Bounds are clamped, never rejected: limit 1-50 (default 10), offset 0-10000 (default 0),
     content_max_chars 0-50000 (default 500); ``lifecycle`` defaults to active + superseded and

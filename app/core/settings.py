@@ -12,7 +12,8 @@ Every variable is optional; the defaults run the service on a fresh machine:
   (default: ``4 × (limit + 1)``), §5 bounded work.
 - ``SIBYL_WALK_HUB_DEGREE``: a node with more edges one way than this is read one relationship
   at a time, strongest first, instead of whole (default 64; docs/walk-plans.md).
-- ``SIBYL_SEARCH_CANDIDATE_CAP``: readable matches each search lane ranks (default 500), §8
+- ``SIBYL_SEARCH_CANDIDATE_CAP``: candidates each search lane ranks, and readable matches kept
+  per query word and table (default 200), §8
   bounded cost (see :mod:`app.domain.search`).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
@@ -43,7 +44,7 @@ class Settings(BaseSettings):
     walk_hop_cap: int | None = Field(default=None, ge=1, le=100_000)
     walk_level_cap: int | None = Field(default=None, ge=1, le=1_000_000)
     walk_hub_degree: int = Field(default=64, ge=0, le=100_000)
-    search_candidate_cap: int = Field(default=500, ge=1, le=100_000)
+    search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     mcp_allowed_hosts: str = ""

@@ -50,7 +50,9 @@ SLICE_CHARS = Bound(0, 50_000, 18_000)
 SEARCH_LIMIT = Bound(1, 50, 10)
 SEARCH_OFFSET = Bound(0, 10_000, 0)
 RRF_K = 60
-SEARCH_SCAN_FACTOR = 20  # a full-text lane reads at most 20 × its candidate cap matches per table
+SEARCH_BREADCRUMB_WORDS = 3  # the rarest words that find candidates in passage breadcrumbs
+SEARCH_BODY_WORDS = 1  # the rarest words that find candidates anywhere (every word scores;
+# every word finds candidates in memory names)
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
 CONTEXT_LIMIT = Bound(1, 50, 12)  # 24 before issue 12: 24 items left ~300 characters of text each

@@ -136,8 +136,9 @@ class SearchRequest(_Request):
     """Input of ``search`` (contract §8, issue 4)."""
 
     query: StrictStr = Field(
-        description='What to look for: words (web-search syntax: "a phrase", or, -word), a '
-        f"memory id, or the start of a memory's name. Non-blank, at most "
+        description="What to look for: a question or words as written (a memory holding any "
+        "of them matches; ranked by BM25), a memory id, or the start of a memory's name or title "
+        f"(after a prefix such as 'PEP 8: '). Non-blank, at most "
         f"{policy.MAX_QUERY_CHARS} characters."
     )
     types: list[StrictStr] | None = Field(

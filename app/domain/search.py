@@ -1,18 +1,26 @@
-"""``search``: find a starting set by words, id or name (contract §8, issue 4).
+"""``search``: find a starting set by words, id or name (contract §8, issues 4 and 12).
 
-The rules live here; the statements in :mod:`app.repo.search`.
+The rules live here and in :mod:`app.domain.terms` (the query's words and their weights); the
+statement in :mod:`app.repo.search`.
 
 **Lanes.** Two ranked lists of candidates, each already passed through the read rule (§2) and
 the request's filters (lifecycle, types, project) before it is capped or ranked:
 
-- *full text*: ``websearch_to_tsquery('english', query)`` against memories (name weighted A,
-  body B; a body carried by a lossless set of spans only by its first 2000 characters, the rest
-  being searched through those spans) and passages (breadcrumb A, text B), ranked by
-  ``ts_rank_cd(document, query, 1)``: cover density over the document alone, divided by
-  1 + log(length). No corpus-wide statistic (document frequencies, counts) enters any rank, so
-  the rows a reader cannot read cannot move the rows they can.
-- *exact*: the memory or passage whose id is the query, then memories whose name starts with it
-  (case-insensitive), by name.
+- *full text*: a memory or passage holding **any** of the query's words (at most 12, the rarest;
+  stemmed by the ``english`` configuration, its stop words dropped) is a candidate. Documents are
+  a memory's name (field A) with its body, or only a 600-character lead when passages carry the
+  body (every cut tiles the whole body), and a passage's breadcrumb (A) with its text. Ranked by
+  BM25: score = Σ over matched words of idf(w) × tf (k1 + 1) / (tf + k1 (1 − b + b × len /
+  avg_len)), where tf counts a word's occurrences (one in a name or breadcrumb counts 3), len is
+  the document's number of distinct lexemes, k1 = 1.2, b = 0.75, avg_len = 100 (fixed
+  constants), and idf(w) comes from fixed English word frequencies (:mod:`app.domain.terms`): no
+  statistic of any stored row enters a score, so rows a reader cannot read cannot move, score or
+  reorder the rows they can (absent ≡ denied, §2). A document matching more words, rarer words,
+  or a word in its name, ranks higher; a long memory competes through its name, its lead and its
+  passages, so the passage holding the answer outranks the memory's opening.
+- *exact*: the memory or passage whose id is the query; then memories whose name, or whose title
+  after a conventional prefix (``PEP 8: ``, ``KEP-753: ``), equals the query, starts with it at
+  a word boundary, or merely starts with it (case-insensitive), in that order, then by name.
 
 **Fusion.** Reciprocal rank fusion: score(d) = Σ over the lanes d is in of 1 / (k + rank(d)),
 k = 60 (:data:`app.domain.policy.RRF_K`); ties by id. Then a memory and its passages are folded
@@ -21,25 +29,24 @@ page), and the others are listed, best first, in that result's ``metadata.collap
 (``offset``, ``limit``) runs over this folded list, so pages have no gaps and ``has_more`` counts
 nothing a reader cannot see.
 
-**Bounded cost.** Ranking cost grows with the number of documents ranked (``ts_rank_cd`` reads
-each document's vector), so each lane ranks at most ``SIBYL_SEARCH_CANDIDATE_CAP`` (default
-500) readable candidates per table: of the first 20 × cap readable matches the scan meets (so
-the work stays bounded when a query matches half the corpus), the full-text lane keeps the most
-recently updated (ties by id), a cheap order that reads no vector; the exact lane reads the
-name-prefix index in order and stops. ``filters.candidates_capped`` says when a lane had more.
+**Bounded cost, relevance first.** With ``cap`` = ``SIBYL_SEARCH_CANDIDATE_CAP`` (default
+200): candidates are found through the query's words by rarity, every word still counting in
+each candidate's score (:data:`SCAN`): every word finds up to ``cap`` readable memories whose
+*name* holds it (``head_tsv``: the shortest, strongest evidence), the
+:data:`~app.domain.policy.SEARCH_BREADCRUMB_WORDS` (3) rarest find up to ``cap`` passages whose
+breadcrumb holds them, and the :data:`~app.domain.policy.SEARCH_BODY_WORDS` (1) rarest up to
+``cap`` matches anywhere, per table. A document holding none of the rarest words in its text can
+only score through commoner ones. A rare word's matches are all kept; only a word with more than
+``cap`` readable matches of one kind is sampled, among rows of equal standing for it (the order
+of its index scan). Of the candidates so found, the ``cap`` found by the heaviest words (Σ idf, a
+head find counting 3 times; then id) are scored. What a cap drops are candidates holding fewer
+and commoner query words, never chosen by recency. ``filters.candidates_capped`` says when any
+scan or the pool hit its cap, or when words were left out of the body scan
+(``filters.scan_words`` echoes :data:`SCAN`). The exact lane reads the name and title indexes in
+order and stops after ``cap + 1`` rows each.
 
-Measured on the PEP corpus (736 memories, 11,645 passages), PostgreSQL 15 on 2 cores under a
-load average of about 6, as the org admin (every row readable): ``EXPLAIN (ANALYZE, BUFFERS,
-FORMAT JSON)`` of ``sibyl:search.candidates``, median of 9 runs (``sibyl-pg explain search``
-shows the same plans):
-
-- "type hints": 27 memory and 102 passage matches, all 122 ranked: ≈ 3 ms, 604 buffers;
-- "python": 657 and 5,602 matches, 1,000 ranked (both tables capped): ≈ 55 ms, ≈ 21k buffers;
-- "python" with the cap lifted, all 6,259 ranked: ≈ 175 ms, ≈ 28k buffers and a temp spill.
-
-Most of the capped "python" buffers are the planner's sequential scan of ``passages``, which
-reads every vector to test the match at 48 % selectivity; on a larger corpus that scan stops
-after 20 × cap readable matches, and the ranking never exceeds the cap.
+Measured on the PEP corpus (736 memories, 11,595 passages), PostgreSQL 15, 2 shared cores, as
+the org admin: ``docs/search.md``.
 """
 
 from __future__ import annotations
@@ -51,7 +58,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest
 from app.core.settings import Settings, get_settings
-from app.domain import policy
+from app.domain import policy, terms
 from app.domain.passages import passage_name
 from app.domain.preview import preview_prefix
 from app.domain.reader import Reader
@@ -76,6 +83,13 @@ __all__ = [
 ]
 
 _LIFECYCLES = ("active", "superseded", "retired")
+SCAN = search_repo.Scan(
+    names=terms.MAX_WORDS,
+    breadcrumbs=policy.SEARCH_BREADCRUMB_WORDS,
+    bodies=policy.SEARCH_BODY_WORDS,
+)
+"""Where the query's words find candidates: every word in memory names, the 3 rarest in
+breadcrumbs, the rarest anywhere (see the module docstring)."""
 
 
 FULLTEXT = "fulltext"
@@ -86,8 +100,8 @@ EXACT = "exact"
 class Ranked:
     """A candidate with its rank in each lane it is in (1 = best) and its fused score.
 
-    ``type`` is the memory's type (a passage's parent's); ``text_rank`` the ``ts_rank_cd`` value
-    of its full-text match (None: no full-text match).
+    ``type`` is the memory's type (a passage's parent's); ``text_rank`` its BM25 score in the
+    full-text lane (> 0; None: no full-text match).
     """
 
     id: str
@@ -203,16 +217,20 @@ async def find_candidates(
 ) -> tuple[list[search_repo.Candidate], bool]:
     """Every readable candidate of the two lanes (see the module docstring) with its lane ranks,
     and whether a lane hit its cap. ``query`` feeds the exact lane; ``words`` (default:
-    ``query``) the full-text lane, in web-search syntax. Shared by ``search`` and ``context``."""
+    ``query``) the full-text lane, as free text (split by :func:`app.domain.terms.words`).
+    Shared by ``search`` and ``context``."""
+    weighted = terms.words(query if words is None else words)
     params = search_repo.candidate_params(
         reader.params(),
         query=query,
-        words=query if words is None else words,
+        words=[w for w, _ in weighted],
+        idfs=[idf for _, idf in weighted],
         types=types,
         lifecycles=lifecycles,
         project=project,
         cap=cap,
-        scan_cap=cap * policy.SEARCH_SCAN_FACTOR,
+        term_cap=cap,
+        scan=SCAN,
     )
     return await search_repo.candidates(conn, params=params)
 
@@ -253,7 +271,7 @@ def hit_fields(hit: search_repo.Hit, preview_chars: int) -> dict[str, Any]:
 
 def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
     """``metadata.match``: the hit's rank in each of ``lanes`` (null: not in it), and its text
-    rank (``ts_rank_cd``; null: no full-text match)."""
+    rank (its BM25 score; null: no full-text match)."""
     out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in lanes}
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
     return out
@@ -325,6 +343,11 @@ async def search(
         "rrf_k": policy.RRF_K,
         "candidate_cap": s.search_candidate_cap,
         "candidates_capped": capped,
+        "scan_words": {
+            "names": SCAN.names,
+            "breadcrumbs": SCAN.breadcrumbs,
+            "bodies": SCAN.bodies,
+        },
         "round_budget": policy.ROUND_BUDGET,
     }
     return SearchResponse(

@@ -49,8 +49,12 @@ def as_unavailable(error: BaseException) -> Unavailable | None:
     return None
 
 
+TOO_MANY_WORDS = "content holds too many distinct words to be indexed for search"
+
+
 def as_bad_text(error: BaseException) -> BadRequest | None:
-    """The 400 for text PostgreSQL cannot take (a NUL byte, a lone surrogate), else None.
+    """The 400 for text PostgreSQL cannot take (a NUL byte, a lone surrogate, a body whose
+    search vector would pass PostgreSQL's 1 MB limit), else None.
 
     A safety net behind the validation of each field (``validation.clean_text``). The driver
     encodes parameters itself: a lone surrogate fails there as a ``UnicodeEncodeError`` that
@@ -59,6 +63,9 @@ def as_bad_text(error: BaseException) -> BadRequest | None:
         return BadRequest(BAD_TEXT)
     if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in ("22021", "22P05"):
         return BadRequest(BAD_TEXT)
+    if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == "54000":
+        # a body indexed whole (never cut) whose distinct words exceed the 1 MB tsvector limit
+        return BadRequest(TOO_MANY_WORDS)
     if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == "22P02":
         # jsonb refusing a lone surrogate escape ("\ud800") inside a JSON value: the server
         # says so in its message ("Unicode low surrogate must follow a high surrogate").

@@ -56,9 +56,15 @@ Types other than ``observation`` and :data:`NEVER_CUT_TYPES` (``task``, ``person
   units (the spans of a cut subsection) are thus never extended by a sibling except to absorb a
   span under :data:`PACK_MIN`, so spans follow the heading tree. Consequence relied on by the
   tests: of two adjacent spans, if either is under 600 characters, together they exceed 2000.
-* **Partition.** The spans tile ``[0, len(body))`` in order, no gap, no overlap. More than
-  :data:`MAX_SPANS` (64) spans: the first 64 are kept and ``lossless`` is ``False`` (the rest of the
-  body lives only on the parent).
+* **Partition.** The spans tile ``[0, len(body))`` in order, no gap, no overlap, always: every
+  character of the body lies in exactly one span, however long the body.
+* **Count cap.** More than :data:`MAX_SPANS` (64) packed spans are *merged*, never dropped
+  (issue 12): the body is divided into 64 equal bands of characters, and each packed span joins
+  the band holding its first character, so consecutive spans of one band become one span (its
+  breadcrumb is its first span's). Boundaries therefore stay on the heading tree's cut points,
+  the result has at most 64 spans, and a merged span may exceed :data:`HARD_MAX` (a
+  250,000-character body gives spans of about 4,000 characters). Nothing is lost, so a prose
+  projection is always ``lossless`` (``covers_parent`` then only depends on the window, §6).
 * **Breadcrumb** of a span: the heading texts of the deepest section containing the span's first
   character, from the outermost ancestor down to that section itself, joined by ``" > "``; e.g. a
   span starting inside "Rationale" under "Specification" gets ``"Specification > Rationale"``.
@@ -71,7 +77,9 @@ Evidence (:func:`cut_evidence`)
 Type ``observation`` (logs, transcripts, tool output): fixed windows of ``lines_per_span`` lines
 (default 40; the last window may be shorter), no breadcrumb, linked by ``DERIVED_FROM``, and
 ``lossless`` is always ``False`` (evidence never claims coverage). Windows are counted in lines, not
-characters, so a window may exceed 2000 characters. At most :data:`MAX_SPANS` windows are kept.
+characters, so a window may exceed 2000 characters. When more than :data:`MAX_SPANS` windows
+would be needed, each window grows to ``k × lines_per_span`` lines with the smallest ``k`` that
+fits 64 windows: the windows still tile the whole body (every line is searchable).
 
 Declared (:func:`declared_spans`)
 =================================
@@ -113,7 +121,7 @@ __all__ = [
 ProjectionKind = Literal["prose", "evidence", "declared"]
 
 MAX_SPANS = 64
-"""At most this many spans per projection; prose keeps the first 64 and is then not lossless."""
+"""At most this many spans per projection; past it, spans are merged (never dropped)."""
 PROSE_MIN_BODY = 2000
 """Prose bodies of at most this many characters are never cut."""
 PACK_MIN = 600
@@ -443,35 +451,56 @@ def cut_prose(body: str) -> Projection | None:
     """Cut a prose body along its Markdown heading tree (contract §7; rules in the module doc).
 
     Returns ``None`` when ``len(body) <= PROSE_MIN_BODY`` (2000): the body is never cut. Otherwise
-    a ``"prose"`` projection of 1..64 spans in body order, each at most 2000 characters unless it
-    is a single line or a single fenced code block; ``lossless`` is false iff spans past the 64th
-    were dropped. Linear time; never raises.
+    a ``"prose"`` projection of 1..64 spans in body order tiling the whole body, each at most 2000
+    characters unless it is a single line, a single fenced code block, or a merge of spans past
+    the count cap; always ``lossless``. Linear time; never raises.
     """
     if len(body) <= PROSE_MIN_BODY:
         return None
     cutter = _Cutter(body)
-    pieces = cutter.spans()
-    lossless = len(pieces) <= MAX_SPANS
-    spans = tuple(Span(p.start, p.end, cutter.breadcrumb(p.start)) for p in pieces[:MAX_SPANS])
-    return Projection("prose", spans, lossless=lossless)
+    pieces = _merge_bands(cutter.spans(), len(body))
+    spans = tuple(Span(p.start, p.end, cutter.breadcrumb(p.start)) for p in pieces)
+    return Projection("prose", spans, lossless=True)
+
+
+def _merge_bands(pieces: list[_Piece], length: int) -> list[_Piece]:
+    """``pieces`` (a partition of ``[0, length)``) unchanged when at most :data:`MAX_SPANS`;
+    else consecutive pieces whose first character falls in the same of 64 equal character bands
+    merged into one. The first piece starts band 0, so the result tiles the body in 1..64 pieces."""
+    if len(pieces) <= MAX_SPANS:
+        return pieces
+    merged: list[_Piece] = []
+    band = -1
+    for piece in pieces:
+        mine = piece.start * MAX_SPANS // length
+        if merged and mine == band:
+            merged[-1] = _Piece(merged[-1].start, piece.end, closed=True)
+        else:
+            merged.append(piece)
+            band = mine
+    return merged
 
 
 def cut_evidence(body: str, *, lines_per_span: int = EVIDENCE_LINES_DEFAULT) -> Projection | None:
     """Cut operational evidence into fixed windows of ``lines_per_span`` lines (contract §7).
 
     Lines end with ``"\\n"`` (kept in the window); the last window holds the remaining lines and
-    may be shorter. At most 64 windows are kept. Spans have no breadcrumb and the projection is
-    never lossless. Returns ``None`` for an empty body. Raises ``ValueError`` when
-    ``lines_per_span < 1`` (a configuration error, not a user error).
+    may be shorter. At most 64 windows: a longer body gets windows of ``k × lines_per_span``
+    lines (smallest such ``k``), so the windows always tile the whole body. Spans have no
+    breadcrumb and the projection is never lossless. Returns ``None`` for an empty body. Raises
+    ``ValueError`` when ``lines_per_span < 1`` (a configuration error, not a user error).
     """
     if lines_per_span < 1:
         raise ValueError(f"lines_per_span must be at least 1, got {lines_per_span}")
     if not body:
         return None
     n = len(body)
+    lines = body.count("\n") + (0 if body.endswith("\n") else 1)
+    windows = -(-lines // lines_per_span)
+    lines_per_span *= max(1, -(-windows // MAX_SPANS))
     spans: list[Span] = []
     pos = 0
-    while pos < n and len(spans) < MAX_SPANS:
+    while pos < n:
         end = pos
         for _ in range(lines_per_span):
             nl = body.find("\n", end)

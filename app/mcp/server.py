@@ -135,8 +135,9 @@ retry it."""
 SEARCH = f"""Find memories (and the passages of long ones) by words, id or name: the first \
 round of the loop, when you need a starting set of specific memories.
 
-Use it to locate memories you will widen or cite: `query` takes words (web-search syntax: \
-"a phrase", or, -word), a memory id, or the start of a memory's name. For "what do we know \
+Use it to locate memories you will widen or cite: `query` takes a question or words as \
+written (any word matches; rarer words, more words and words in a name weigh more), a memory \
+id, or the start of a memory's name or title. For "what do we know \
 about X", call `context` instead: it composes the pack for you.
 
 {ROUND_NOTE}

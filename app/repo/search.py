@@ -1,30 +1,28 @@
 """The statements of ``search`` and ``context`` (contract §8): candidates of two lanes, then hits.
 
 ``sibyl:search.candidates`` returns every candidate of both lanes with its rank in each, as the
-bound reader may see them; the domain (:mod:`app.domain.search`) fuses the ranks (reciprocal
-rank fusion), folds a memory's hits together and pages. ``sibyl:search.hits`` then reads the rows
-of one page. Both embed the read rule on the ``entities`` row (a passage: its parent's), and every
-filter (read rule, lifecycle, types, project, current revision of a span) sits in the arm that
-finds a row, **before** any cap, rank or page: a row the reader may not read neither takes a
-slot nor moves another row's rank, so hidden rows cannot leave gaps or be counted.
+bound reader may see them; the domain (:mod:`app.domain.search`, whose docstring states the
+ranking) fuses the ranks (reciprocal rank fusion), folds a memory's hits together and pages.
+``sibyl:search.hits`` then reads the rows of one page. Both embed the read rule on the
+``entities`` row (a passage: its parent's), and every filter (read rule, lifecycle, types,
+project, current revision of a span) sits in the arm that finds a row, **before** any cap, rank
+or page: a row the reader may not read neither takes a slot nor moves another row's rank.
 
-The lanes, each capped at ``:cap`` readable candidates (``:cap + 1`` are read to tell that the
-cap was hit):
+The full-text lane, step by step (CTEs of the statement):
 
-- **full text**: memories whose ``search_tsv`` (name A, body B) and passages whose
-  ``search_tsv`` (breadcrumb A, text B) match ``websearch_to_tsquery('english', :words)``
-  (``search`` sends its query as is; ``context`` its goal's words joined by ``or``). Per
-  table, the scan stops after ``:scan_cap`` readable matches (so a query matching half the corpus
-  reads a bounded number of rows), and of those the cap keeps the most recently updated (ties by
-  id), a cheap order that reads no vector; only those are ranked, by
-  ``ts_rank_cd(search_tsv, query, 1)``: cover density over the document itself, divided by
-  1 + log(document length). No corpus statistic enters it, so no other row (readable or not) can
-  change a row's text rank. While a table has at most ``:scan_cap`` readable matches (every query
-  of the PEP corpus), the candidates are fully deterministic; past it, which matches the scan
-  meets first depends on the physical order of the table.
-- **exact**: a memory or passage whose id is the query (as sent, or lower-cased), then memories
-  whose lower-cased name starts with the lower-cased query, read from ``ix_entities_name_prefix``
-  in index order (so the scan stops at the cap). Ranked: id hits first, then names bytewise.
+- ``words``: the query's words (bound arrays ``:words`` and their weights ``:idfs``, rarest
+  first), each as a ``plainto_tsquery('english', word)`` and its lexemes; stop words drop out.
+- ``memory_matches`` / ``passage_matches``: per word, its first ``term_cap + 1`` readable
+  matches in ``head_tsv`` (a memory's name: every word; a passage's breadcrumb: the
+  ``breadcrumb_words`` rarest), and for the ``body_words`` rarest its first ``term_cap + 1`` in
+  ``search_tsv`` (GIN index scans, LATERAL per word, so each stops early).
+- ``pool``: each candidate once, the ``:cap`` found by the heaviest words.
+- ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's vectors; per query lexeme
+  its occurrences (``setweight`` marks the query's lexemes, ``ts_filter`` keeps only them, so a
+  vector is never unnested whole), a word's frequency being that of its scarcest lexeme; BM25.
+- ``fulltext``: the ``:cap`` best by score, then id.
+
+Every weight and constant is a bound parameter; no statistic of the stored rows enters a score.
 """
 
 from __future__ import annotations
@@ -50,53 +48,120 @@ _PASSAGE_FILTER = f"""p.parent_revision = t.revision
       AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
       AND {readable("t")}"""
 
-_TSQUERY = "websearch_to_tsquery('english', CAST(:words AS text))"
 _LOWER_QUERY = 'lower(CAST(:query AS text)) COLLATE "C"'
+
+
+def _fulltext_arm(name: str) -> str:
+    """The candidates of one table, per query word (rarest first): its first ``term_cap + 1``
+    readable matches in a name or breadcrumb (``head`` 1: ``head_tsv``, few rows, the strongest
+    evidence), then its first ``term_cap + 1`` readable matches anywhere (``head`` 0). ``n``
+    counts a word's matches of one kind (``> term_cap``: that scan hit its cap), ``k`` numbers
+    them by id."""
+    heads = ":breadcrumb_words"
+    if name == "entities":
+        source = "entities t"
+        key = 't.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type'
+        row, filters = "t", _MEMORY_FILTER
+        heads = ":name_words"
+    else:
+        source = "passages p JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id"
+        key = "p.id, p.parent_id, t.type"
+        row, filters = "p", _PASSAGE_FILTER
+    return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.head) AS n,
+               row_number() OVER (PARTITION BY w.ord, m.head ORDER BY m.id) AS k
+        FROM words w
+        CROSS JOIN LATERAL (
+            (SELECT {key}, 1 AS head
+             FROM {source}
+             WHERE w.rarity <= {heads}
+               AND {row}.org_id = :r_org AND {row}.head_tsv @@ w.tsq AND {filters}
+             LIMIT :term_cap + 1)
+          UNION ALL
+            (SELECT {key}, 0
+             FROM {source}
+             WHERE w.rarity <= :body_words
+               AND {row}.org_id = :r_org AND {row}.search_tsv @@ w.tsq AND {filters}
+             LIMIT :term_cap + 1)
+        ) m"""
+
 
 CANDIDATES_SQL = text(
     f"""/* sibyl:search.candidates */
-WITH memory_matches AS (  -- full text, memories: of the first :scan_cap readable matches met,
-    SELECT s.*        -- the :cap + 1 most recently updated (no vector is read to choose them)
-    FROM (
-        SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, t.updated_at,
-               t.search_tsv AS tsv
-        FROM entities t
-        WHERE t.org_id = :r_org AND t.search_tsv @@ {_TSQUERY}
-          AND {_MEMORY_FILTER}
-        LIMIT :scan_cap
-    ) s
-    ORDER BY s.updated_at DESC, s.id
-    LIMIT :cap + 1
+WITH words AS (  -- the query's words (rarest first, with their weights), each as its lexemes
+    SELECT w.ord, w.idf, plainto_tsquery('english', w.word) AS tsq,
+           tsvector_to_array(to_tsvector('english', w.word)) AS lexemes,
+           row_number() OVER (ORDER BY w.ord) AS rarity
+    FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[]))
+         WITH ORDINALITY AS w(word, idf, ord)
+    WHERE numnode(plainto_tsquery('english', w.word)) > 0
 ),
-passage_matches AS (  -- full text, passages (through their parent): the same
-    SELECT s.*
-    FROM (
-        SELECT p.id, p.parent_id, t.type, t.updated_at, p.search_tsv AS tsv
-        FROM passages p
-        JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-        WHERE p.org_id = :r_org AND p.search_tsv @@ {_TSQUERY}
-          AND {_PASSAGE_FILTER}
-        LIMIT :scan_cap
-    ) s
-    ORDER BY s.updated_at DESC, s.id
-    LIMIT :cap + 1
+memory_matches AS (  -- full text, memories: per word, its first readable matches (head, any)
+    {_fulltext_arm("entities")}
 ),
-matches AS (
-    SELECT m.*, row_number() OVER (ORDER BY m.updated_at DESC, m.id) AS ord,
-           count(*) OVER () AS n
-    FROM memory_matches m
-  UNION ALL
-    SELECT m.*, row_number() OVER (ORDER BY m.updated_at DESC, m.id), count(*) OVER ()
-    FROM passage_matches m
+passage_matches AS (  -- full text, passages (read rule on their parent): the same
+    {_fulltext_arm("passages")}
 ),
-fulltext AS (  -- only the capped candidates are ranked
-    SELECT r.id, r.parent_id, r.type, r.text_rank,
-           row_number() OVER (ORDER BY r.text_rank DESC, r.id) AS lane_rank
+pool AS (  -- every candidate once: the cap found by the heaviest words (Σ idf, a word found
+    SELECT c.*  -- in a name or breadcrumb counting field_boost times), then by id
     FROM (
-        SELECT m.id, m.parent_id, m.type, ts_rank_cd(m.tsv, {_TSQUERY}, 1) AS text_rank
-        FROM matches m
-        WHERE m.ord <= :cap
+        SELECT f.id, min(f.parent_id) AS parent_id, min(f.type) AS type,
+               sum(f.idf * CASE WHEN f.head = 1 THEN CAST(:field_boost AS float8) ELSE 1 END)
+                 AS found_weight
+        FROM (
+            SELECT m.id, m.ord, min(m.parent_id) AS parent_id, min(m.type) AS type,
+                   min(m.idf) AS idf, max(m.head) AS head
+            FROM (SELECT * FROM memory_matches UNION ALL SELECT * FROM passage_matches) m
+            WHERE m.k <= :term_cap
+            GROUP BY m.id, m.ord
+        ) f
+        GROUP BY f.id
+    ) c
+    ORDER BY c.found_weight DESC, c.id
+    LIMIT :cap
+),
+documents AS (  -- the pool's vectors
+    SELECT c.id, c.parent_id, c.type, coalesce(p.search_tsv, t.search_tsv) AS tsv
+    FROM pool c
+    LEFT JOIN entities t ON c.parent_id IS NULL AND t.org_id = :r_org AND t.id = c.id
+    LEFT JOIN passages p ON c.parent_id IS NOT NULL AND p.org_id = :r_org AND p.id = c.id
+),
+lexeme_tf AS (  -- per candidate and query lexeme: its positions, name/breadcrumb (A) boosted;
+    -- setweight marks the query's lexemes (A positions as C, B as D), ts_filter keeps them
+    SELECT c.id, u.lexeme,
+           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
+             * cardinality(array_positions(u.weights, 'C')) AS tf
+    FROM documents c
+    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
+    CROSS JOIN LATERAL unnest(ts_filter(
+        setweight(ts_filter(c.tsv, '{{a}}'), 'C', q.lexemes)
+          || setweight(ts_filter(c.tsv, '{{b}}'), 'D', q.lexemes),
+        '{{c,d}}')) u
+),
+word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
+    SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
+    FROM words w
+    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
+    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
+    HAVING count(*) = cardinality(w.lexemes)
+),
+scored AS (  -- BM25: Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / avg_length))
+    SELECT c.id, c.parent_id, c.type,
+           sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
+               / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
+                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))
+             AS text_rank
+    FROM documents c
+    JOIN word_tf x ON x.id = c.id
+    GROUP BY c.id, c.parent_id, c.type, length(c.tsv)
+),
+fulltext AS (  -- the cap best
+    SELECT r.*
+    FROM (
+        SELECT s.id, s.parent_id, s.type, s.text_rank,
+               row_number() OVER (ORDER BY s.text_rank DESC, s.id) AS lane_rank
+        FROM scored s
     ) r
+    WHERE r.lane_rank <= :cap
 ),
 exact_ids AS (  -- a memory or a passage whose id is the query (as sent, or lower-cased)
     SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 0 AS tier,
@@ -113,31 +178,61 @@ exact_ids AS (  -- a memory or a passage whose id is the query (as sent, or lowe
       AND p.id = ANY(ARRAY[CAST(:query AS text), lower(CAST(:query AS text))])
       AND {_PASSAGE_FILTER}
 ),
-exact_names AS (  -- memories whose lower-cased name starts with the query, in index order
-    SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 1 AS tier,
-           t.name_lower AS sort_key
-    FROM entities t
-    WHERE t.org_id = :r_org
-      -- the range the index scans (U+10FFFF sorts after every character); starts_with decides
-      AND t.name_lower >= {_LOWER_QUERY}
-      AND t.name_lower <= ({_LOWER_QUERY} || chr(1114111)) COLLATE "C"
-      AND starts_with(t.name_lower, {_LOWER_QUERY})
-      AND {_MEMORY_FILTER}
-    ORDER BY t.name_lower, t.id
-    LIMIT :cap + 1
+exact_names AS (  -- memories whose lower-cased name, or title after a conventional prefix
+    SELECT x.*      -- (PEP 8: ...), starts with the query, each in index order up to the cap
+    FROM (
+        SELECT t.id, t.type, t.name_lower AS sort_key, t.name_lower AS matched, 'name' AS arm
+        FROM entities t
+        WHERE t.org_id = :r_org
+          -- the range the index scans (U+10FFFF sorts after every character)
+          AND t.name_lower >= {_LOWER_QUERY}
+          AND t.name_lower <= ({_LOWER_QUERY} || chr(1114111)) COLLATE "C"
+          AND starts_with(t.name_lower, {_LOWER_QUERY})
+          AND {_MEMORY_FILTER}
+        ORDER BY t.name_lower, t.id
+        LIMIT :cap + 1
+    ) x
+  UNION ALL
+    SELECT y.*
+    FROM (
+        SELECT t.id, t.type, t.name_lower, t.title_lower, 'title'
+        FROM entities t
+        WHERE t.org_id = :r_org
+          AND t.title_lower >= {_LOWER_QUERY}
+          AND t.title_lower <= ({_LOWER_QUERY} || chr(1114111)) COLLATE "C"
+          AND starts_with(t.title_lower, {_LOWER_QUERY})
+          AND {_MEMORY_FILTER}
+        ORDER BY t.title_lower, t.id
+        LIMIT :cap + 1
+    ) y
 ),
-exact AS (
+exact AS (  -- tiers: 0 id; 1 the whole name or title; 2 a whole-word prefix; 3 any prefix
     SELECT e.id, e.parent_id, e.type,
            row_number() OVER (ORDER BY e.tier, e.sort_key, e.id) AS lane_rank
     FROM (
         SELECT DISTINCT ON (x.id) x.*
-        FROM (SELECT * FROM exact_ids UNION ALL SELECT * FROM exact_names) x
+        FROM (
+            SELECT * FROM exact_ids
+          UNION ALL
+            SELECT n.id, CAST(NULL AS text) COLLATE "C", n.type,
+                   CASE WHEN n.matched = {_LOWER_QUERY} THEN 1
+                        WHEN substr(n.matched, length(CAST(:query AS text)) + 1, 1)
+                             !~ '[[:alnum:]_]' THEN 2
+                        ELSE 3 END,
+                   n.sort_key
+            FROM exact_names n
+        ) x
         ORDER BY x.id, x.tier
     ) e
 ),
 flags AS (
-    SELECT coalesce((SELECT max(n) > :cap FROM matches), false)
-        OR (SELECT count(*) > :cap FROM exact_names) AS capped
+    SELECT (SELECT count(*) > :body_words FROM words)
+        OR coalesce((SELECT max(n) > :term_cap FROM memory_matches), false)
+        OR coalesce((SELECT max(n) > :term_cap FROM passage_matches), false)
+        OR (SELECT count(*) > :cap FROM (SELECT DISTINCT id FROM memory_matches
+                                         UNION SELECT id FROM passage_matches) a)
+        OR (SELECT count(*) FILTER (WHERE arm = 'name') > :cap
+                   OR count(*) FILTER (WHERE arm = 'title') > :cap FROM exact_names) AS capped
 )
 SELECT coalesce(f.id, e.id) AS id, coalesce(f.parent_id, e.parent_id) AS parent_id,
        coalesce(f.type, e.type) AS type, f.lane_rank AS fulltext_rank, f.text_rank,
@@ -204,28 +299,64 @@ class Hit:
     content_length: int
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """The constants of the BM25 score (none is a corpus statistic): ``k1`` term-frequency
+    saturation, ``b`` length normalisation, ``avg_length`` the length (distinct lexemes) at which
+    a document is neither favoured nor penalised, ``field_boost`` what one occurrence in a name or
+    breadcrumb counts for, against 1 in a body."""
+
+    k1: float = 1.2
+    b: float = 0.75
+    avg_length: float = 100.0
+    field_boost: float = 3.0
+
+
+@dataclass(frozen=True)
+class Scan:
+    """How many of a query's rarest words find candidates in memory names (``names``), passage
+    breadcrumbs (``breadcrumbs``) and anywhere (``bodies``); every word scores."""
+
+    names: int
+    breadcrumbs: int
+    bodies: int
+
+
 def candidate_params(
     reader_params: dict[str, object],
     *,
     query: str,
-    words: str,
+    words: list[str],
+    idfs: list[float],
     types: list[str] | None,
     lifecycles: list[str],
     project: str | None,
     cap: int,
-    scan_cap: int,
+    term_cap: int,
+    scan: Scan,
+    scoring: Scoring = Scoring(),
 ) -> dict[str, object]:
     """Every bound parameter of :data:`CANDIDATES_SQL`: ``query`` is what the exact lane matches
-    (ids, name prefixes), ``words`` the web-search text of the full-text lane."""
+    (ids, name prefixes, titles); ``words`` the full-text lane's words, rarest first, with their
+    weights ``idfs`` (same length); ``term_cap`` the readable matches kept per word and table,
+    ``cap`` the candidates each lane ranks."""
     return {
         **reader_params,
         "query": query,
         "words": words,
+        "idfs": idfs,
         "types": types,
         "lifecycles": lifecycles,
         "project": project,
         "cap": cap,
-        "scan_cap": scan_cap,
+        "term_cap": term_cap,
+        "name_words": scan.names,
+        "breadcrumb_words": scan.breadcrumbs,
+        "body_words": scan.bodies,
+        "k1": scoring.k1,
+        "b": scoring.b,
+        "avg_length": scoring.avg_length,
+        "field_boost": scoring.field_boost,
     }
 
 

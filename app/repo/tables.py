@@ -38,15 +38,24 @@ NAMING_CONVENTION = {
 
 Id = Text(collation="C")
 
-# Full-text documents of search (contract §8; migration 0002 says why the body is cut this way).
+# Full-text documents of search (contract §8; migration 0003 says why they are built this way).
 ENTITY_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, name), 'A') || "
     "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 AND "
-    "passages_lossless THEN left(content, 2000) ELSE left(content, 100000) END), 'B')"
+    "(passages_lossless OR passage_total < 64) THEN left(content, 600) ELSE content END), 'B')"
 )
 PASSAGE_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, coalesce(breadcrumb, '')), 'A') || "
-    "setweight(to_tsvector('english'::regconfig, left(content, 100000)), 'B')"
+    "setweight(to_tsvector('english'::regconfig, content), 'B')"
+)
+# The heads the full-text lane scans first: a memory's name, a passage's breadcrumb.
+ENTITY_HEAD_TSV = "to_tsvector('english'::regconfig, name)"
+PASSAGE_HEAD_TSV = "to_tsvector('english'::regconfig, coalesce(breadcrumb, ''))"
+# A name's title after a conventional prefix (``PEP 8: ``, ``KEP-753: ``), lower-cased; null
+# when the name has no such prefix (the exact lane, contract §8).
+TITLE_PREFIX = "^[[:alpha:]]{2,12}[ -]?[0-9]+[[:alnum:]]*[[:space:]]*[-:.–—][[:space:]]+"
+ENTITY_TITLE_LOWER = (
+    f"CASE WHEN name ~ '{TITLE_PREFIX}' THEN lower(regexp_replace(name, '{TITLE_PREFIX}', '')) END"
 )
 
 
@@ -167,9 +176,16 @@ class Entity(Base):
     search_tsv: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(ENTITY_SEARCH_TSV, persisted=True), nullable=True
     )
+    head_tsv: Mapped[str | None] = mapped_column(
+        TSVECTOR, Computed(ENTITY_HEAD_TSV, persisted=True), nullable=True
+    )
     # lower(name), bytewise ordered: the exact lane's name-prefix range scan (contract §8).
     name_lower: Mapped[str | None] = mapped_column(
         Id, Computed("lower(name)", persisted=True), nullable=True
+    )
+    # the title after a conventional prefix, bytewise ordered: the exact lane's title scan
+    title_lower: Mapped[str | None] = mapped_column(
+        Id, Computed(ENTITY_TITLE_LOWER, persisted=True), nullable=True
     )
     __table_args__ = (
         ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),
@@ -196,7 +212,9 @@ class Entity(Base):
         Index("ix_entities_project", "org_id", "project_id"),
         # Search (contract §8): the full-text lane, and the exact lane's name-prefix range scan.
         Index("ix_entities_search", "search_tsv", postgresql_using="gin"),
+        Index("ix_entities_head", "head_tsv", postgresql_using="gin"),
         Index("ix_entities_name_prefix", "org_id", "name_lower", "id"),
+        Index("ix_entities_title_prefix", "org_id", "title_lower", "id"),
     )
 
 
@@ -276,11 +294,15 @@ class Passage(Base):
     search_tsv: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(PASSAGE_SEARCH_TSV, persisted=True), nullable=True
     )
+    head_tsv: Mapped[str | None] = mapped_column(
+        TSVECTOR, Computed(PASSAGE_HEAD_TSV, persisted=True), nullable=True
+    )
     __table_args__ = (
         ForeignKeyConstraint(
             ["org_id", "parent_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
         ),
         Index("ix_passages_search", "search_tsv", postgresql_using="gin"),
+        Index("ix_passages_head", "head_tsv", postgresql_using="gin"),
         CheckConstraint("id LIKE 'passage\\_%'", name="id_prefix"),
         CheckConstraint("passage_index >= 0", name="index_nonneg"),
         Index(
