@@ -53,13 +53,21 @@ def migrate() -> None:
 def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     batch_size: Annotated[int, typer.Option(min=1, max=10_000)] = 500,
+    commit_batches: Annotated[
+        bool,
+        typer.Option(
+            "--commit-batches",
+            help="Commit each batch on its own (default: the whole file or nothing)",
+        ),
+    ] = False,
 ) -> None:
-    """Bulk-import an NDJSON file (idempotent; a bad line is reported with its number)."""
+    """Bulk-import an NDJSON file: idempotent, all or nothing by default; a bad line is reported
+    with its number and the offending id."""
     from app.importers import ndjson
 
     total = sum(1 for line in file.open(encoding="utf-8") if line.strip())
     records = ndjson.read_file(file)
-    _run_import(records, total=total, batch_size=batch_size)
+    _run_import(records, total=total, batch_size=batch_size, atomic=not commit_batches)
 
 
 @cli.command("import-peps")
@@ -81,7 +89,7 @@ def import_peps(
     typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
 
 
-def _run_import(records: object, *, total: int, batch_size: int) -> None:
+def _run_import(records: object, *, total: int, batch_size: int, atomic: bool = True) -> None:
     from app.importers import ndjson
 
     async def go() -> ndjson.ImportSummary:
@@ -94,6 +102,7 @@ def _run_import(records: object, *, total: int, batch_size: int) -> None:
                 batch_size=batch_size,
                 evidence_lines=get_settings().evidence_lines,
                 show_progress=sys.stderr.isatty(),
+                atomic=atomic,
             )
         finally:
             await engine.dispose()
@@ -101,7 +110,7 @@ def _run_import(records: object, *, total: int, batch_size: int) -> None:
     try:
         summary = asyncio.run(go())
     except ndjson.ImportError_ as exc:
-        raise _err(f"import stopped at {exc} (its batch was not written)") from None
+        raise _err(f"import stopped at {exc} ({exc.outcome()})") from None
     typer.echo(summary.render())
 
 

@@ -1,16 +1,33 @@
-"""Bulk import of NDJSON records (contract §9): one object a line, idempotent by id, in batches.
+"""Bulk import of NDJSON records (contract §9): one object a line, idempotent by id.
 
-Each batch is one transaction: a bad line stops the import, is reported with its line number,
-and nothing of its batch is written (earlier batches stay committed; re-running the import after
-fixing the line is safe because every write is idempotent). Entities are cut into passages and
-their ``[[id]]`` links derived into mentions exactly as on a REST write.
+**All or nothing per file** (the default): the whole file is one transaction, written in batches
+of ``batch_size`` lines (the progress bar advances per batch). A bad line stops the import and is
+reported with its line number, the offending id and the reason; nothing of the file is written,
+and a re-run after fixing the line completes the import. With ``atomic=False`` (``sibyl-pg
+import --commit-batches``) each batch commits on its own and the error says exactly which lines
+were committed (``lines 1-6 were committed``); re-running is still safe, every write being
+idempotent.
+
+Every record goes through the write rules REST and MCP apply (:mod:`app.domain.write_rules`,
+:func:`app.domain.memories.save_entity`): reserved type and ids refused, SUPERSEDES cycles
+refused (the import writes as the operator: its cycle check walks every memory of the org), the
+superseded mark set by a SUPERSEDES edge, passages cut, ``[[id]]`` links derived, a link to a
+memory not (yet) there kept as a pending link and resolved when the memory arrives (later in the
+same file, or in a later import), communities touched retired. The summary reports how many links
+are still pending. A declarative re-import of a memory marked superseded by a SUPERSEDES edge
+keeps the mark (the edge is there), so a repeated import changes nothing.
+
+After a load of :data:`ANALYZE_AFTER` lines or more the touched tables are vacuumed and analyzed
+(``VACUUM (ANALYZE)``): the servers run without autovacuum, and a fresh visibility map lets the
+walk's index-only scans skip the heap.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,7 +38,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.errors import BadRequest
+from app.core.errors import BadRequest, DomainError
+from app.domain import write_rules
 from app.domain.memories import EntityData, save_entity
 from app.domain.validation import stored_relationship
 from app.repo import writes
@@ -129,20 +147,32 @@ Record = Annotated[
     Field(discriminator="kind"),
 ]
 _RECORD = TypeAdapter(Record)
-ANALYZE_AFTER = 1000  # lines; a bulk import this large refreshes the planner's statistics
-ANALYZE_SQL = (
-    "/* sibyl:import.analyze */ ANALYZE entities, edges, mentions, passages, entity_grants, "
-    "project_members, projects, users"
+ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
+VACUUM_SQL = (
+    "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
+    "passages, entity_grants, project_members, projects, users, communities, community_members"
 )
 
 
 class ImportError_(Exception):
-    """A line that could not be imported: its number and a reason (no SQL, no stack)."""
+    """A line that could not be imported: its number and a reason naming the offending id (no
+    SQL, no stack); ``committed``: the last line of the last committed batch (non-atomic
+    imports only; None: nothing of the file was written)."""
 
     def __init__(self, line: int, reason: str) -> None:
         super().__init__(f"line {line}: {reason}")
         self.line = line
         self.reason = reason
+        self.committed: int | None = None
+
+    def outcome(self) -> str:
+        """What stays written, in words."""
+        if self.committed is None:
+            return "nothing of the file was written"
+        return (
+            f"lines 1-{self.committed} were committed; nothing from line "
+            f"{self.committed + 1} on was written"
+        )
 
 
 @dataclass
@@ -152,6 +182,8 @@ class ImportSummary:
     lines: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     relationships: Counter[str] = field(default_factory=Counter)
+    pending_links: int = 0  # links of the imported orgs still waiting for their target
+    orgs: set[str] = field(default_factory=set)
 
     def render(self) -> str:
         """A short human summary, one line per kind."""
@@ -166,7 +198,12 @@ class ImportSummary:
             parts.append(f"  {kind}: {detail}")
         rels = ", ".join(f"{n} {r}" for r, n in sorted(self.relationships.items()))
         return "\n".join(
-            [f"imported {self.lines} lines", *parts, f"  edge pairs: {rels or 'none'}"]
+            [
+                f"imported {self.lines} lines",
+                *parts,
+                f"  edge pairs: {rels or 'none'}",
+                f"  pending links: {self.pending_links} (a [[id]] whose memory is not there yet)",
+            ]
         )
 
 
@@ -206,16 +243,25 @@ def from_dicts(records: Iterable[dict[str, Any]]) -> Iterator[tuple[int, Record]
             yield n, rec
 
 
+async def _missing(conn: AsyncConnection, kind: str, org: str, ids: dict[str, str]) -> None:
+    """``BadRequest`` naming the first of ``ids`` (field → id) that is no memory of ``org``,
+    e.g. "edge dst 'pep_4242' does not exist in org 'org_python'"."""
+    found = await writes.existing_ids(conn, org_id=org, ids=list(ids.values()))
+    for where, id_ in ids.items():
+        if id_ not in found:
+            raise BadRequest(f"{kind} {where} '{id_}' does not exist in org '{org}'")
+
+
 async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) -> str:
     scope = rec.scope or ("project" if rec.project else "private")
-    if scope == "org" and rec.project:
-        raise BadRequest("an org-scoped entity has no project")
-    if scope == "project" and not rec.project:
-        raise BadRequest("a project-scoped entity needs a project")
+    write_rules.check_scope(scope, rec.project)
     if scope == "private" and not rec.owner:
         raise BadRequest("a private entity needs an owner")
-    if rec.id.startswith("passage_"):
-        raise BadRequest("entity ids may not start with 'passage_' (reserved for passages)")
+    lifecycle = rec.lifecycle
+    if lifecycle == "active" and await write_rules.keeps_superseded_mark(
+        conn, org_id=rec.org, entity_id=rec.id
+    ):
+        lifecycle = "superseded"
     data = EntityData(
         id=rec.id,
         type=rec.type,
@@ -224,7 +270,7 @@ async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) ->
         scope=scope,
         project_id=rec.project,
         owner_id=rec.owner,
-        lifecycle=rec.lifecycle,
+        lifecycle=lifecycle,
         metadata=rec.metadata,
         spans=[s.model_dump() for s in rec.spans] if rec.spans is not None else None,
     )
@@ -260,31 +306,39 @@ async def _apply(conn: AsyncConnection, rec: Record, evidence_lines: int) -> str
             writes.MEMBER_EXISTS_SQL, {"project_id": rec.project, "user_id": rec.user}
         )
         if exists.first() is None:
-            raise BadRequest("unknown project or user, or they belong to different orgs")
+            raise BadRequest(
+                f"project '{rec.project}' or user '{rec.user}' does not exist, "
+                "or they belong to different orgs"
+            )
         return "unchanged"
     if isinstance(rec, EntityRec):
         return await _entity(conn, rec, evidence_lines)
     if isinstance(rec, EdgeRec):
+        relationship = stored_relationship(rec.relationship)
         if rec.src == rec.dst:
-            raise BadRequest("an edge may not point at its own source")
-        r = await conn.execute(
-            writes.INSERT_EDGE_SQL,
-            {
-                "org_id": rec.org,
-                "src_id": rec.src,
-                "relationship": stored_relationship(rec.relationship),
-                "dst_id": rec.dst,
-            },
+            raise BadRequest(write_rules.SELF_EDGE)
+        await _missing(conn, rec.kind, rec.org, {"src": rec.src, "dst": rec.dst})
+        result = await write_rules.write_edge(
+            conn,
+            org_id=rec.org,
+            src=rec.src,
+            relationship=relationship,
+            dst=rec.dst,
+            reader_params=None,
         )
-        return "written" if r.first() else "unchanged"
+        return "written" if result.created else "unchanged"
     if isinstance(rec, MentionRec):
         if rec.src == rec.dst:
             raise BadRequest("a mention may not point at its own source")
+        await _missing(conn, rec.kind, rec.org, {"src": rec.src, "dst": rec.dst})
         r = await conn.execute(
             writes.INSERT_MENTION_SQL,
             {"org_id": rec.org, "src_id": rec.src, "dst_id": rec.dst, "derived": False},
         )
-        return "written" if r.first() else "unchanged"
+        if r.first():
+            await write_rules.retire_communities(conn, org_id=rec.org, ids=[rec.src, rec.dst])
+            return "written"
+        return "unchanged"
     r = await conn.execute(writes.INSERT_GRANT_SQL, {"entity_id": rec.entity, "user_id": rec.user})
     if r.first():
         return "written"
@@ -292,7 +346,10 @@ async def _apply(conn: AsyncConnection, rec: Record, evidence_lines: int) -> str
         writes.GRANT_TARGET_SQL, {"entity_id": rec.entity, "user_id": rec.user}
     )
     if target.first() is None:
-        raise BadRequest("unknown entity or user, or they belong to different orgs")
+        raise BadRequest(
+            f"entity '{rec.entity}' or user '{rec.user}' does not exist, "
+            "or they belong to different orgs"
+        )
     return "unchanged"
 
 
@@ -304,11 +361,14 @@ async def import_records(
     batch_size: int = 500,
     evidence_lines: int = 40,
     show_progress: bool = False,
+    atomic: bool = True,
 ) -> ImportSummary:
-    """Write numbered records in batches of ``batch_size``, one transaction a batch.
+    """Write numbered records in batches of ``batch_size`` lines; return the summary.
 
-    Returns the summary. Raises ``ImportError_`` for the first bad line (its batch rolled back,
-    earlier batches committed); validation errors of later lines surface when they are reached.
+    ``atomic`` (default): one transaction for everything, so a bad line leaves nothing written.
+    Otherwise one transaction a batch. Raises ``ImportError_`` for the first bad line (a
+    validation error of a later line surfaces when it is reached); its ``committed`` says which
+    lines stay written (None: none).
     """
     summary = ImportSummary()
     progress = Progress(
@@ -319,55 +379,111 @@ async def import_records(
         disable=not show_progress,
         transient=False,
     )
+    committed: int | None = None  # last line of the last committed batch (non-atomic)
     with progress:
         task = progress.add_task("import", total=total)
-        batch: list[tuple[int, Record]] = []
-        iterator = iter(records)
-        while True:
-            batch.clear()
-            for item in iterator:
-                batch.append(item)
-                if len(batch) >= batch_size:
-                    break
-            if not batch:
-                break
-            await _write_batch(engine, batch, summary, evidence_lines)
-            progress.update(task, advance=len(batch))
+        try:
+            if atomic:
+                async with engine.begin() as conn:
+                    async for batch in _batches(records, batch_size):
+                        await _write_batch(conn, batch, summary, evidence_lines)
+                        progress.update(task, advance=len(batch))
+                    summary.pending_links = await writes.pending_count(
+                        conn, org_ids=sorted(summary.orgs)
+                    )
+            else:
+                async for batch in _batches(records, batch_size):
+                    async with engine.begin() as conn:
+                        await _write_batch(conn, batch, summary, evidence_lines)
+                    committed = batch[-1][0]
+                    progress.update(task, advance=len(batch))
+                async with engine.connect() as conn:
+                    summary.pending_links = await writes.pending_count(
+                        conn, org_ids=sorted(summary.orgs)
+                    )
+        except ImportError_ as exc:
+            exc.committed = committed
+            raise
     if summary.lines >= ANALYZE_AFTER:
-        # Fresh statistics, so the planner picks the walk's indexes right after a bulk load.
-        async with engine.connect() as conn:
-            await conn.execute(text(ANALYZE_SQL))
-            await conn.commit()
+        await vacuum(engine)
     return summary
 
 
+async def vacuum(engine: AsyncEngine) -> None:
+    """``VACUUM (ANALYZE)`` the tables an import writes (outside any transaction): fresh
+    statistics for the planner and a fresh visibility map for index-only scans."""
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await auto.execute(text(VACUUM_SQL))
+
+
+async def _batches(
+    records: Iterable[tuple[int, Record]], size: int
+) -> AsyncIterator[list[tuple[int, Record]]]:
+    batch: list[tuple[int, Record]] = []
+    for item in records:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+_FK_DETAIL = re.compile(
+    r'Key \((?P<cols>[^)]*)\)=\((?P<vals>[^)]*)\) is not present in table "(?P<t>\w+)"'
+)
+
+
+def _integrity_reason(exc: IntegrityError) -> str:
+    """A reason naming the missing row, from PostgreSQL's error detail (no SQL, no stack)."""
+    orig = exc.orig
+    cause = getattr(orig, "__cause__", None)
+    detail = str(getattr(orig, "detail", None) or getattr(cause, "detail", None) or "")
+    match = _FK_DETAIL.search(detail)
+    if match is not None:
+        pairs = dict(zip(match["cols"].split(", "), match["vals"].split(", "), strict=False))
+        table = match["t"]
+        what = {"orgs": "org", "users": "user", "projects": "project", "entities": "entity"}.get(
+            table, table
+        )
+        missing = [v for k, v in pairs.items() if k != "org_id"] or [pairs.get("org_id", "?")]
+        org = pairs.get("org_id")
+        where = f" in org '{org}'" if org and table != "orgs" else ""
+        return f"{what} '{missing[-1]}' does not exist{where}"
+    return (
+        "refers to an org, user, project or entity that does not exist, "
+        "or breaks a rule of the schema"
+    )
+
+
 async def _write_batch(
-    engine: AsyncEngine,
+    conn: AsyncConnection,
     batch: list[tuple[int, Record]],
     summary: ImportSummary,
     evidence_lines: int,
 ) -> None:
     outcomes: Counter[str] = Counter()
     rels: Counter[str] = Counter()
+    orgs: set[str] = set()
     line = batch[0][0]
     try:
-        async with engine.begin() as conn:
-            for number, rec in batch:
-                line = number
-                outcome = await _apply(conn, rec, evidence_lines)
-                outcomes[f"{rec.kind}:{outcome}"] += 1
-                if isinstance(rec, EdgeRec):
-                    rels[rec.relationship.upper()] += 1
-    except BadRequest as exc:
+        for number, rec in batch:
+            line = number
+            outcome = await _apply(conn, rec, evidence_lines)
+            outcomes[f"{rec.kind}:{outcome}"] += 1
+            org = getattr(rec, "org", None)
+            if org is not None:
+                orgs.add(org)
+            if isinstance(rec, EdgeRec):
+                rels[rec.relationship.upper()] += 1
+    except DomainError as exc:
         raise ImportError_(line, exc.detail) from None
-    except IntegrityError:
-        raise ImportError_(
-            line,
-            "refers to an org, user, project or entity that does not exist, "
-            "or breaks a rule of the schema",
-        ) from None
+    except IntegrityError as exc:
+        raise ImportError_(line, _integrity_reason(exc)) from None
     except DBAPIError:
         raise ImportError_(line, "the database refused this record") from None
     summary.lines += len(batch)
     summary.outcomes.update(outcomes)
     summary.relationships.update(rels)
+    summary.orgs.update(orgs)

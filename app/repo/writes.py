@@ -120,7 +120,45 @@ RETURNING src_id"""
 
 DELETE_DERIVED_MENTIONS_SQL = text(
     """/* sibyl:write.mentions_underive */
-DELETE FROM mentions WHERE org_id = :org_id AND src_id = :src_id AND derived"""
+DELETE FROM mentions WHERE org_id = :org_id AND src_id = :src_id AND derived
+RETURNING dst_id"""
+)
+
+DELETE_PENDING_SQL = text(
+    """/* sibyl:write.pending_delete */
+DELETE FROM pending_links WHERE org_id = :org_id AND src_id = :src_id"""
+)
+
+INSERT_PENDING_SQL = text(
+    """/* sibyl:write.pending_insert */
+INSERT INTO pending_links (org_id, src_id, dst_id)
+SELECT :org_id, :src_id, d FROM unnest(CAST(:dst_ids AS text[])) AS d
+ON CONFLICT DO NOTHING"""
+)
+
+# A memory was created: every link waiting for it becomes a derived mention (contract §9).
+RESOLVE_PENDING_SQL = text(
+    """/* sibyl:write.pending_resolve */
+WITH resolved AS (
+    DELETE FROM pending_links WHERE org_id = :org_id AND dst_id = :id RETURNING src_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :org_id, r.src_id, :id, true FROM resolved r WHERE r.src_id <> :id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id"""
+)
+
+DERIVED_STATE_SQL = text(
+    """/* sibyl:write.derived_state */
+SELECT dst_id, true AS mention FROM mentions
+WHERE org_id = :org_id AND src_id = :src_id AND derived
+UNION ALL
+SELECT dst_id, false AS mention FROM pending_links WHERE org_id = :org_id AND src_id = :src_id"""
+)
+
+PENDING_COUNT_SQL = text(
+    """/* sibyl:write.pending_count */
+SELECT count(*) FROM pending_links WHERE org_id = ANY(CAST(:org_ids AS text[]))"""
 )
 
 EXISTING_IDS_SQL = text(
@@ -241,15 +279,55 @@ async def existing_ids(conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
 
 
 async def rederive_mentions(
-    conn: AsyncConnection, *, org_id: str, src_id: str, dst_ids: Sequence[str]
-) -> None:
-    """Replace the mentions derived from ``src_id``'s links by ``src_id → dst_ids``."""
-    await conn.execute(DELETE_DERIVED_MENTIONS_SQL, {"org_id": org_id, "src_id": src_id})
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    src_id: str,
+    dst_ids: Sequence[str],
+    pending_ids: Sequence[str] = (),
+) -> set[str]:
+    """Replace the mentions derived from ``src_id``'s links by ``src_id → dst_ids`` and its
+    pending links by ``src_id → pending_ids``; return the targets of the mentions removed."""
+    old = await conn.execute(DELETE_DERIVED_MENTIONS_SQL, {"org_id": org_id, "src_id": src_id})
+    removed = {r.dst_id for r in old}
+    await conn.execute(DELETE_PENDING_SQL, {"org_id": org_id, "src_id": src_id})
     if dst_ids:
         await conn.execute(
             INSERT_MENTION_SQL,
             [{"org_id": org_id, "src_id": src_id, "dst_id": d, "derived": True} for d in dst_ids],
         )
+    if pending_ids:
+        await conn.execute(
+            INSERT_PENDING_SQL,
+            {"org_id": org_id, "src_id": src_id, "dst_ids": list(pending_ids)},
+        )
+    return removed
+
+
+async def resolve_pending(conn: AsyncConnection, *, org_id: str, entity_id: str) -> list[str]:
+    """Turn every pending link to the new memory ``entity_id`` into a derived mention; return
+    the sources that gained one."""
+    rows = await conn.execute(RESOLVE_PENDING_SQL, {"org_id": org_id, "id": entity_id})
+    return [r.src_id for r in rows]
+
+
+async def derived_state(
+    conn: AsyncConnection, *, org_id: str, src_id: str
+) -> tuple[set[str], set[str]]:
+    """(targets of ``src_id``'s derived mentions, targets of its pending links)."""
+    rows = await conn.execute(DERIVED_STATE_SQL, {"org_id": org_id, "src_id": src_id})
+    mentions: set[str] = set()
+    pending: set[str] = set()
+    for r in rows:
+        (mentions if r.mention else pending).add(r.dst_id)
+    return mentions, pending
+
+
+async def pending_count(conn: AsyncConnection, *, org_ids: Sequence[str]) -> int:
+    """How many links of the orgs ``org_ids`` still wait for their target."""
+    if not org_ids:
+        return 0
+    return int((await conn.execute(PENDING_COUNT_SQL, {"org_ids": list(org_ids)})).scalar() or 0)
 
 
 STORED_CUT_SQL = text(
