@@ -268,3 +268,60 @@ def test_cli_import_and_keys_create(database_url, tmp_path):
     )
     assert failed.returncode == 1 and "line 1" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (
+            {"kind": "edge", "src": "nowhere", "dst": "pep_0484", "relationship": "X"},
+            "edge src 'nowhere' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "mention", "src": "pep_0484", "dst": "gone"},
+            "mention dst 'gone' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "entity", "id": "e1", "type": "note", "name": "n", "owner": "user_zz"},
+            "user 'user_zz' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "entity", "id": "e2", "type": "note", "name": "n", "project": "proj_zz"},
+            "project 'proj_zz' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "entity", "id": "e3", "type": "passage", "name": "n", "owner": "{user}"},
+            "type 'passage' is reserved for the spans the service cuts",
+        ),
+        (
+            {"kind": "member", "project": "proj_typing", "user": "user_zz", "role": "viewer"},
+            "project 'proj_typing' or user 'user_zz' does not exist, "
+            "or they belong to different orgs",
+        ),
+        (
+            {"kind": "grant", "entity": "nothing", "user": "{user}"},
+            "entity 'nothing' or user '{user}' does not exist, or they belong to different orgs",
+        ),
+    ],
+)
+async def test_every_error_names_its_line_and_the_offending_id(engine, tmp_path, bad, reason):
+    org, sfx = "org_err_" + secrets.token_hex(3), secrets.token_hex(3)
+    user = f"user_ann_{sfx}"
+    records = sample(org, sfx)
+    line = {k: (v.format(user=user) if isinstance(v, str) else v) for k, v in bad.items()}
+    if line["kind"] in ("edge", "mention", "entity"):
+        line["org"] = org
+    records.insert(5, line)  # after pep_0484, before the rest
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
+    assert err.value.line == 6
+    assert err.value.reason == reason.format(org=org, user=user)
+    assert str(err.value).startswith("line 6: ")
+
+
+async def test_an_entity_in_an_unknown_org_names_the_org(engine, tmp_path):
+    rec = {"kind": "entity", "org": "org_nowhere", "id": "x", "type": "note", "name": "n"}
+    rec["scope"] = "org"
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, [rec])))
+    assert (err.value.line, err.value.reason) == (1, "org 'org_nowhere' does not exist")
