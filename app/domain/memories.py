@@ -88,6 +88,62 @@ def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
         raise BadRequest(str(exc)) from exc
 
 
+def checked_cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
+    """Apply the rules every memory write obeys (:mod:`app.domain.write_rules`: no reserved
+    type or id, scope and project agree; a body of at most 1,000,000 characters) and return its
+    cut. Raises ``BadRequest`` naming the rule."""
+    write_rules.memory_type(data.type)
+    write_rules.memory_id(data.id)
+    write_rules.check_scope(data.scope, data.project_id)
+    if len(data.content) > MAX_CONTENT_CHARS:
+        raise BadRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
+    return cut(data, evidence_lines=evidence_lines)
+
+
+def passage_rows(
+    data: EntityData, revision: int, projection: spans.Projection | None
+) -> list[writes.PassageRow]:
+    """The stored spans of ``data`` at ``revision`` (ids minted per parent, revision, index)."""
+    if projection is None:
+        return []
+    return [
+        writes.PassageRow(
+            id=passage_id(data.id, revision, i, data.content[s.start : s.end]),
+            passage_index=i,
+            start_offset=s.start,
+            end_offset=s.end,
+            breadcrumb=s.breadcrumb,
+            content=data.content[s.start : s.end],
+        )
+        for i, s in enumerate(projection.spans)
+    ]
+
+
+async def create_entities(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    items: Sequence[tuple[EntityData, spans.Projection | None]],
+) -> None:
+    """Create many new memories of ``org_id`` set-based (the bulk import), under the rules of
+    :func:`save_entity`: each ``(data, cut)`` pair comes from :func:`checked_cut`, ids are known
+    absent and distinct. Writes the rows at revision 1 with their spans, resolves the pending
+    links waiting for them, derives their links (mentions, or pending links) and retires the
+    communities of memories that gained a mention. A few statements whatever the count."""
+    if not items:
+        return
+    await writes.insert_entities(conn, org_id=org_id, rows=[(d.fields(), p) for d, p in items])
+    await writes.insert_passages(
+        conn,
+        org_id=org_id,
+        rows=[(d.id, 1, r) for d, p in items for r in passage_rows(d, 1, p)],
+    )
+    gained = await writes.resolve_pending_many(conn, org_id=org_id, ids=[d.id for d, _ in items])
+    pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
+    await writes.derive_links(conn, org_id=org_id, pairs=pairs)
+    await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
+
+
 async def save_entity(
     conn: AsyncConnection,
     *,
@@ -105,12 +161,7 @@ async def save_entity(
     Raises ``BadRequest`` for a reserved type or id, a scope/project mismatch, a body over
     1,000,000 characters or bad declared spans.
     """
-    write_rules.memory_type(data.type)
-    write_rules.memory_id(data.id)
-    write_rules.check_scope(data.scope, data.project_id)
-    if len(data.content) > MAX_CONTENT_CHARS:
-        raise BadRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
-    projection = cut(data, evidence_lines=evidence_lines)
+    projection = checked_cut(data, evidence_lines=evidence_lines)
     stored = await writes.lock_entity(conn, org_id=org_id, entity_id=data.id)
     fields = data.fields()
     if stored is None:
@@ -169,19 +220,7 @@ async def _write_cut(
     revision: int,
     projection: spans.Projection | None,
 ) -> None:
-    rows = []
-    if projection is not None:
-        rows = [
-            writes.PassageRow(
-                id=passage_id(data.id, revision, i, data.content[s.start : s.end]),
-                passage_index=i,
-                start_offset=s.start,
-                end_offset=s.end,
-                breadcrumb=s.breadcrumb,
-                content=data.content[s.start : s.end],
-            )
-            for i, s in enumerate(projection.spans)
-        ]
+    rows = passage_rows(data, revision, projection)
     await writes.replace_passages(
         conn,
         org_id=org_id,

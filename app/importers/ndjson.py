@@ -24,10 +24,11 @@ walk's index-only scans skip the heap.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -40,8 +41,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import BadRequest, DomainError
 from app.domain import write_rules
-from app.domain.memories import EntityData, save_entity
+from app.domain.memories import EntityData, checked_cut, create_entities, save_entity
 from app.domain.validation import stored_relationship
+from app.repo import communities as community_repo
 from app.repo import writes
 
 IdStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
@@ -148,6 +150,8 @@ Record = Annotated[
 ]
 _RECORD = TypeAdapter(Record)
 ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
+# For the import's transaction only: room to sort a large batch in memory.
+BULK_SETTINGS_SQL = "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true)"
 VACUUM_SQL = (
     "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
     "passages, entity_grants, project_members, projects, users, communities, community_members"
@@ -214,6 +218,10 @@ def parse_line(line_no: int, raw: str) -> Record | None:
     """
     if not raw.strip():
         return None
+    try:  # the fast path: pydantic parses and validates in one go
+        return _RECORD.validate_json(raw)
+    except ValidationError:
+        pass  # the slow path below words the first problem
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -252,17 +260,14 @@ async def _missing(conn: AsyncConnection, kind: str, org: str, ids: dict[str, st
             raise BadRequest(f"{kind} {where} '{id_}' does not exist in org '{org}'")
 
 
-async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) -> str:
+def _entity_data(rec: EntityRec, lifecycle: str | None = None) -> EntityData:
+    """The memory a record states, with the import's defaults (§9); ``BadRequest`` when its
+    scope, project and owner do not agree."""
     scope = rec.scope or ("project" if rec.project else "private")
     write_rules.check_scope(scope, rec.project)
     if scope == "private" and not rec.owner:
         raise BadRequest("a private entity needs an owner")
-    lifecycle = rec.lifecycle
-    if lifecycle == "active" and await write_rules.keeps_superseded_mark(
-        conn, org_id=rec.org, entity_id=rec.id
-    ):
-        lifecycle = "superseded"
-    data = EntityData(
+    return EntityData(
         id=rec.id,
         type=rec.type,
         name=rec.name,
@@ -270,10 +275,20 @@ async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) ->
         scope=scope,
         project_id=rec.project,
         owner_id=rec.owner,
-        lifecycle=lifecycle,
+        lifecycle=lifecycle or rec.lifecycle,
         metadata=rec.metadata,
         spans=[s.model_dump() for s in rec.spans] if rec.spans is not None else None,
     )
+
+
+async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) -> str:
+    """Write one memory the way REST does (:func:`save_entity`); the outcome word."""
+    lifecycle = rec.lifecycle
+    if lifecycle == "active" and await write_rules.keeps_superseded_mark(
+        conn, org_id=rec.org, entity_id=rec.id
+    ):
+        lifecycle = "superseded"
+    data = _entity_data(rec, lifecycle)
     outcome, _ = await save_entity(conn, org_id=rec.org, data=data, evidence_lines=evidence_lines)
     return outcome
 
@@ -382,21 +397,25 @@ async def import_records(
     committed: int | None = None  # last line of the last committed batch (non-atomic)
     with progress:
         task = progress.add_task("import", total=total)
+
+        def advance(n: int) -> None:
+            progress.update(task, advance=n)
+
         try:
             if atomic:
                 async with engine.begin() as conn:
-                    async for batch in _batches(records, batch_size):
-                        await _write_batch(conn, batch, summary, evidence_lines)
-                        progress.update(task, advance=len(batch))
+                    await conn.execute(text(BULK_SETTINGS_SQL))
+                    everything = [item for item in records]
+                    await _write_batch(conn, everything, summary, evidence_lines, advance)
                     summary.pending_links = await writes.pending_count(
                         conn, org_ids=sorted(summary.orgs)
                     )
             else:
                 async for batch in _batches(records, batch_size):
                     async with engine.begin() as conn:
-                        await _write_batch(conn, batch, summary, evidence_lines)
+                        await conn.execute(text(BULK_SETTINGS_SQL))
+                        await _write_batch(conn, batch, summary, evidence_lines, advance)
                     committed = batch[-1][0]
-                    progress.update(task, advance=len(batch))
                 async with engine.connect() as conn:
                     summary.pending_links = await writes.pending_count(
                         conn, org_ids=sorted(summary.orgs)
@@ -457,33 +476,193 @@ def _integrity_reason(exc: IntegrityError) -> str:
     )
 
 
-async def _write_batch(
-    conn: AsyncConnection,
-    batch: list[tuple[int, Record]],
-    summary: ImportSummary,
-    evidence_lines: int,
-) -> None:
-    outcomes: Counter[str] = Counter()
-    rels: Counter[str] = Counter()
-    orgs: set[str] = set()
-    line = batch[0][0]
+KIND_ORDER = ("org", "user", "project", "member", "entity", "edge", "mention", "grant")
+Numbered = list[tuple[int, Record]]
+
+
+@contextlib.asynccontextmanager
+async def _at(line: int) -> AsyncIterator[None]:
+    """Report any refusal inside the block as an ``ImportError_`` of ``line``."""
     try:
-        for number, rec in batch:
-            line = number
-            outcome = await _apply(conn, rec, evidence_lines)
-            outcomes[f"{rec.kind}:{outcome}"] += 1
-            org = getattr(rec, "org", None)
-            if org is not None:
-                orgs.add(org)
-            if isinstance(rec, EdgeRec):
-                rels[rec.relationship.upper()] += 1
+        yield
     except DomainError as exc:
         raise ImportError_(line, exc.detail) from None
     except IntegrityError as exc:
         raise ImportError_(line, _integrity_reason(exc)) from None
     except DBAPIError:
         raise ImportError_(line, "the database refused this record") from None
+
+
+def _by_org(items: Numbered) -> dict[str, Numbered]:
+    out: dict[str, Numbered] = defaultdict(list)
+    for n, rec in items:
+        out[getattr(rec, "org", "")].append((n, rec))
+    return out
+
+
+async def _write_batch(
+    conn: AsyncConnection,
+    batch: Numbered,
+    summary: ImportSummary,
+    evidence_lines: int,
+    advance: Callable[[int], None] = lambda n: None,
+) -> None:
+    """Apply numbered records kind by kind (org, user, project, member, entity, edge, mention,
+    grant), so a record may refer to any row of the batch; memories, edges and mentions
+    set-based, the directory rows one by one."""
+    outcomes: Counter[str] = Counter()
+    rels: Counter[str] = Counter()
+    by_kind: dict[str, Numbered] = defaultdict(list)
+    for n, rec in batch:
+        by_kind[rec.kind].append((n, rec))
+    for kind in KIND_ORDER:
+        items = by_kind.get(kind, [])
+        if not items:
+            continue
+        if kind == "entity":
+            await _entities(conn, items, outcomes, evidence_lines)
+        elif kind == "edge":
+            await _edges(conn, items, outcomes, rels)
+        elif kind == "mention":
+            await _mentions(conn, items, outcomes)
+        elif kind == "member":
+            await _members(conn, items, outcomes)
+        else:
+            for n, rec in items:
+                async with _at(n):
+                    outcomes[f"{kind}:{await _apply(conn, rec, evidence_lines)}"] += 1
+        advance(len(items))
     summary.lines += len(batch)
     summary.outcomes.update(outcomes)
     summary.relationships.update(rels)
-    summary.orgs.update(orgs)
+    summary.orgs.update(o for n, rec in batch if (o := getattr(rec, "org", None)) is not None)
+
+
+async def _entities(
+    conn: AsyncConnection, items: Numbered, outcomes: Counter[str], evidence_lines: int
+) -> None:
+    """New memories set-based (:func:`create_entities`); a memory already stored, or stated a
+    second time, one by one through :func:`save_entity` after them."""
+    for org, recs in _by_org(items).items():
+        prepared = []
+        for n, rec in recs:
+            assert isinstance(rec, EntityRec)
+            async with _at(n):
+                data = _entity_data(rec)
+                prepared.append((n, rec, data, checked_cut(data, evidence_lines=evidence_lines)))
+        first = recs[0][0]
+        if not await writes.org_exists(conn, org_id=org):
+            raise ImportError_(first, f"org '{org}' does not exist")
+        refs = [(n, "user", d.owner_id) for n, _, d, _ in prepared if d.owner_id is not None]
+        refs += [(n, "project", d.project_id) for n, _, d, _ in prepared if d.project_id]
+        missing = await writes.first_missing_ref(conn, org_id=org, refs=refs)
+        if missing is not None:
+            line, kind, id_ = missing
+            raise ImportError_(line, f"{kind} '{id_}' does not exist in org '{org}'")
+        stored = await writes.existing_ids(conn, org_id=org, ids=[d.id for _, _, d, _ in prepared])
+        seen: set[str] = set()
+        new, later = [], []
+        for n, rec, data, projection in prepared:
+            if data.id in stored or data.id in seen:
+                later.append((n, rec))
+            else:
+                seen.add(data.id)
+                new.append((data, projection))
+        async with _at(first):
+            await create_entities(conn, org_id=org, items=new)
+        outcomes["entity:created"] += len(new)
+        for n, rec in later:
+            assert isinstance(rec, EntityRec)
+            async with _at(n):
+                outcomes[f"entity:{await _entity(conn, rec, evidence_lines)}"] += 1
+
+
+async def _edges(
+    conn: AsyncConnection, items: Numbered, outcomes: Counter[str], rels: Counter[str]
+) -> None:
+    """Edges set-based through :func:`write_rules.write_edges`; when the SUPERSEDES ones close
+    a cycle, they are written one by one (:func:`write_rules.write_edge`) to name the line."""
+    for org, recs in _by_org(items).items():
+        edges: list[tuple[int, str, str, str]] = []
+        for n, rec in recs:
+            assert isinstance(rec, EdgeRec)
+            async with _at(n):
+                relationship = stored_relationship(rec.relationship)
+                if rec.src == rec.dst:
+                    raise BadRequest(write_rules.SELF_EDGE)
+            edges.append((n, rec.src, relationship, rec.dst))
+            rels[rec.relationship.upper()] += 1
+        refs = [(n, f, i) for n, s, _, d in edges for f, i in (("src", s), ("dst", d))]
+        missing = await writes.first_missing(conn, org_id=org, refs=refs)
+        if missing is not None:
+            line, where, id_ = missing
+            raise ImportError_(line, f"edge {where} '{id_}' does not exist in org '{org}'")
+        plain = [(s, r, d) for _, s, r, d in edges if r != "SUPERSEDES"]
+        async with _at(edges[0][0]):
+            written = len(await write_rules.write_edges(conn, org_id=org, edges=plain))
+        supersedes = [e for e in edges if e[2] == "SUPERSEDES"]
+        try:
+            async with _at(supersedes[0][0] if supersedes else 0):
+                written += len(
+                    await write_rules.write_edges(
+                        conn, org_id=org, edges=[(s, r, d) for _, s, r, d in supersedes]
+                    )
+                )
+        except write_rules.CycleInBulk:
+            for n, s, r, d in supersedes:
+                async with _at(n):
+                    result = await write_rules.write_edge(
+                        conn, org_id=org, src=s, relationship=r, dst=d, reader_params=None
+                    )
+                    written += result.created
+        outcomes["edge:written"] += written
+        outcomes["edge:unchanged"] += len(edges) - written
+
+
+async def _members(conn: AsyncConnection, items: Numbered, outcomes: Counter[str]) -> None:
+    """Memberships set-based (a pair stated twice: the last line wins)."""
+    rows = []
+    for n, rec in items:
+        assert isinstance(rec, MemberRec)
+        rows.append((n, rec.project, rec.user, rec.role))
+    missing = await writes.first_missing_member(conn, members=[(n, p, u) for n, p, u, _ in rows])
+    if missing is not None:
+        line, project, user = missing
+        raise ImportError_(
+            line,
+            f"project '{project}' or user '{user}' does not exist, "
+            "or they belong to different orgs",
+        )
+    last = {(p, u): r for _, p, u, r in rows}
+    async with _at(rows[0][0]):
+        written = await writes.upsert_members(
+            conn, members=[(p, u, r) for (p, u), r in last.items()]
+        )
+    outcomes["member:written"] += written
+    outcomes["member:unchanged"] += len(rows) - written
+
+
+async def _mentions(conn: AsyncConnection, items: Numbered, outcomes: Counter[str]) -> None:
+    """Explicit mentions set-based; the communities of their ends retired."""
+    for org, recs in _by_org(items).items():
+        pairs: list[tuple[int, str, str]] = []
+        for n, rec in recs:
+            assert isinstance(rec, MentionRec)
+            if rec.src == rec.dst:
+                raise ImportError_(n, "a mention may not point at its own source")
+            pairs.append((n, rec.src, rec.dst))
+        refs = [(n, f, i) for n, s, d in pairs for f, i in (("src", s), ("dst", d))]
+        missing = await writes.first_missing(conn, org_id=org, refs=refs)
+        if missing is not None:
+            line, where, id_ = missing
+            raise ImportError_(line, f"mention {where} '{id_}' does not exist in org '{org}'")
+        async with _at(pairs[0][0]):
+            written = await writes.insert_mentions(
+                conn, org_id=org, pairs=[(s, d) for _, s, d in pairs]
+            )
+            if written and await community_repo.has_communities(conn, org_id=org):
+                await write_rules.retire_communities(
+                    conn, org_id=org, ids=sorted({i for p in written for i in p})
+                )
+        outcomes["mention:written"] += len(written)
+        outcomes["mention:unchanged"] += len(pairs) - len(written)

@@ -73,6 +73,11 @@ WHERE c.org_id = :org
                WHERE m.org_id = :org AND m.entity_id = ANY(CAST(:ids AS text[])))"""
 )
 
+HAS_COMMUNITIES_SQL = text(
+    """/* sibyl:communities.any */
+SELECT EXISTS (SELECT 1 FROM communities WHERE org_id = :org)"""
+)
+
 ORG_IDS_SQL = text(
     """/* sibyl:communities.orgs */
 SELECT id FROM orgs ORDER BY id"""
@@ -153,3 +158,8 @@ async def retire(conn: AsyncConnection, *, org_id: str, entity_ids: Sequence[str
     memberships go with them); return how many were deleted."""
     result = await conn.execute(RETIRE_SQL, {"org": org_id, "ids": list(entity_ids)})
     return int(result.rowcount or 0)
+
+
+async def has_communities(conn: AsyncConnection, *, org_id: str) -> bool:
+    """True when ``org_id`` has any community (a bulk write skips retiring otherwise)."""
+    return bool((await conn.execute(HAS_COMMUNITIES_SQL, {"org": org_id})).scalar())

@@ -367,3 +367,326 @@ MEMBER_EXISTS_SQL = text(
 SELECT 1 FROM project_members m JOIN users u ON u.org_id = m.org_id AND u.id = m.user_id
 WHERE m.project_id = :project_id AND m.user_id = :user_id"""
 )
+
+
+# ---- set-based statements of the bulk import (the same rows the one-at-a-time path writes) ----
+
+INSERT_ENTITIES_SQL = text(
+    """/* sibyl:import.entities */
+INSERT INTO entities (org_id, id, type, name, content, project_id, scope, owner_id, lifecycle,
+                      metadata, revision, passage_kind, passage_total, passages_lossless)
+SELECT :org_id, r.id, r.type, r.name, r.content, r.project_id, r.scope, r.owner_id, r.lifecycle,
+       CAST(r.metadata AS jsonb), 1, r.kind, r.total, r.lossless
+FROM unnest(CAST(:ids AS text[]), CAST(:types AS text[]), CAST(:names AS text[]),
+            CAST(:contents AS text[]), CAST(:projects AS text[]), CAST(:scopes AS text[]),
+            CAST(:owners AS text[]), CAST(:lifecycles AS text[]), CAST(:metadata AS text[]),
+            CAST(:kinds AS text[]), CAST(:totals AS integer[]), CAST(:lossless AS boolean[]))
+     AS r(id, type, name, content, project_id, scope, owner_id, lifecycle, metadata, kind, total,
+          lossless)"""
+)
+
+INSERT_PASSAGES_SQL = text(
+    """/* sibyl:import.passages */
+INSERT INTO passages (org_id, id, parent_id, parent_revision, passage_index, start_offset,
+                      end_offset, breadcrumb, content)
+SELECT :org_id, p.id, p.parent_id, p.revision, p.idx, p.start_offset, p.end_offset,
+       p.breadcrumb, p.content
+FROM unnest(CAST(:ids AS text[]), CAST(:parents AS text[]), CAST(:revisions AS integer[]),
+            CAST(:indexes AS integer[]), CAST(:starts AS integer[]), CAST(:ends AS integer[]),
+            CAST(:breadcrumbs AS text[]), CAST(:contents AS text[]))
+     AS p(id, parent_id, revision, idx, start_offset, end_offset, breadcrumb, content)"""
+)
+
+RESOLVE_PENDING_MANY_SQL = text(
+    """/* sibyl:import.pending_resolve */
+WITH resolved AS (
+    DELETE FROM pending_links
+    WHERE org_id = :org_id AND dst_id = ANY(CAST(:ids AS text[]))
+    RETURNING src_id, dst_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :org_id, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id"""
+)
+
+# Links of new memories: a mention where the target exists, a pending link where it does not.
+DERIVE_LINKS_SQL = text(
+    """/* sibyl:import.links */
+WITH l AS (
+    SELECT l.src_id, l.dst_id,
+           EXISTS (SELECT 1 FROM entities e WHERE e.org_id = :org_id AND e.id = l.dst_id) AS found
+    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS l(src_id, dst_id)
+), mentioned AS (
+    INSERT INTO mentions (org_id, src_id, dst_id, derived)
+    SELECT :org_id, l.src_id, l.dst_id, true FROM l WHERE l.found
+    ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+)
+INSERT INTO pending_links (org_id, src_id, dst_id)
+SELECT :org_id, l.src_id, l.dst_id FROM l WHERE NOT l.found
+ON CONFLICT DO NOTHING"""
+)
+
+# The first (by line) of numbered ids that is no memory of the org.
+FIRST_MISSING_SQL = text(
+    """/* sibyl:import.first_missing */
+SELECT x.line, x.field, x.id
+FROM unnest(CAST(:lines AS integer[]), CAST(:fields AS text[]), CAST(:ids AS text[]))
+     AS x(line, field, id)
+WHERE NOT EXISTS (SELECT 1 FROM entities e WHERE e.org_id = :org_id AND e.id = x.id)
+ORDER BY x.line, x.field DESC
+LIMIT 1"""
+)
+
+# The first (by line) numbered (table, id) reference that names no user/project of the org.
+FIRST_MISSING_REF_SQL = text(
+    """/* sibyl:import.first_missing_ref */
+SELECT x.line, x.kind, x.id
+FROM unnest(CAST(:lines AS integer[]), CAST(:kinds AS text[]), CAST(:ids AS text[]))
+     AS x(line, kind, id)
+WHERE NOT EXISTS (SELECT 1 FROM orgs o WHERE o.id = :org_id)
+   OR (x.kind = 'user'
+       AND NOT EXISTS (SELECT 1 FROM users u WHERE u.org_id = :org_id AND u.id = x.id))
+   OR (x.kind = 'project'
+       AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.org_id = :org_id AND p.id = x.id))
+ORDER BY x.line
+LIMIT 1"""
+)
+
+ORG_EXISTS_SQL = text(
+    """/* sibyl:import.org_exists */
+SELECT EXISTS (SELECT 1 FROM orgs WHERE id = :org_id)"""
+)
+
+INSERT_EDGES_SQL = text(
+    """/* sibyl:import.edges */
+INSERT INTO edges (org_id, src_id, relationship, dst_id)
+SELECT :org_id, x.src_id, x.relationship, x.dst_id
+FROM unnest(CAST(:srcs AS text[]), CAST(:rels AS text[]), CAST(:dsts AS text[]))
+     AS x(src_id, relationship, dst_id)
+ON CONFLICT DO NOTHING
+RETURNING src_id, relationship, dst_id"""
+)
+
+INSERT_MENTIONS_SQL = text(
+    """/* sibyl:import.mentions */
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT DISTINCT :org_id, x.src_id, x.dst_id, false
+FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS x(src_id, dst_id)
+ON CONFLICT (org_id, src_id, dst_id) DO UPDATE SET derived = false
+WHERE mentions.derived
+RETURNING src_id, dst_id"""
+)
+
+
+async def insert_entities(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    rows: Sequence[tuple[dict[str, Any], Any]],
+) -> None:
+    """Insert new entities at revision 1; ``rows``: (fields as for :func:`insert_entity`, their
+    projection or None)."""
+    if not rows:
+        return
+    await conn.execute(
+        INSERT_ENTITIES_SQL,
+        {
+            "org_id": org_id,
+            "ids": [f["id"] for f, _ in rows],
+            "types": [f["type"] for f, _ in rows],
+            "names": [f["name"] for f, _ in rows],
+            "contents": [f["content"] for f, _ in rows],
+            "projects": [f["project_id"] for f, _ in rows],
+            "scopes": [f["scope"] for f, _ in rows],
+            "owners": [f["owner_id"] for f, _ in rows],
+            "lifecycles": [f["lifecycle"] for f, _ in rows],
+            "metadata": [json.dumps(f["metadata"]) for f, _ in rows],
+            "kinds": [p.kind if p is not None else None for _, p in rows],
+            "totals": [len(p.spans) if p is not None else 0 for _, p in rows],
+            "lossless": [bool(p.lossless) if p is not None else False for _, p in rows],
+        },
+    )
+
+
+async def insert_passages(
+    conn: AsyncConnection, *, org_id: str, rows: Sequence[tuple[str, int, PassageRow]]
+) -> None:
+    """Insert spans of new entities; ``rows``: (parent id, parent revision, span)."""
+    if not rows:
+        return
+    await conn.execute(
+        INSERT_PASSAGES_SQL,
+        {
+            "org_id": org_id,
+            "ids": [p.id for _, _, p in rows],
+            "parents": [parent for parent, _, _ in rows],
+            "revisions": [rev for _, rev, _ in rows],
+            "indexes": [p.passage_index for _, _, p in rows],
+            "starts": [p.start_offset for _, _, p in rows],
+            "ends": [p.end_offset for _, _, p in rows],
+            "breadcrumbs": [p.breadcrumb for _, _, p in rows],
+            "contents": [p.content for _, _, p in rows],
+        },
+    )
+
+
+async def resolve_pending_many(
+    conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
+) -> list[str]:
+    """:func:`resolve_pending` for many new memories at once; the sources that gained one."""
+    if not ids:
+        return []
+    rows = await conn.execute(RESOLVE_PENDING_MANY_SQL, {"org_id": org_id, "ids": list(ids)})
+    return [r.src_id for r in rows]
+
+
+async def derive_links(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> None:
+    """Store the ``[[dst]]`` links of new memories ``(src, dst)``: mentions where ``dst``
+    exists, pending links otherwise."""
+    if not pairs:
+        return
+    await conn.execute(
+        DERIVE_LINKS_SQL,
+        {"org_id": org_id, "srcs": [s for s, _ in pairs], "dsts": [d for _, d in pairs]},
+    )
+
+
+async def first_missing(
+    conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
+) -> tuple[int, str, str] | None:
+    """The first (line, field, id) of ``refs`` whose id is no memory of ``org_id``, or None."""
+    if not refs:
+        return None
+    row = (
+        await conn.execute(
+            FIRST_MISSING_SQL,
+            {
+                "org_id": org_id,
+                "lines": [r[0] for r in refs],
+                "fields": [r[1] for r in refs],
+                "ids": [r[2] for r in refs],
+            },
+        )
+    ).first()
+    return (row.line, row.field, row.id) if row is not None else None
+
+
+async def first_missing_ref(
+    conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
+) -> tuple[int, str, str] | None:
+    """The first (line, kind, id) of ``refs`` (kind ``user`` or ``project``) naming no row of
+    ``org_id`` (every one, when the org does not exist), or None."""
+    if not refs:
+        return None
+    row = (
+        await conn.execute(
+            FIRST_MISSING_REF_SQL,
+            {
+                "org_id": org_id,
+                "lines": [r[0] for r in refs],
+                "kinds": [r[1] for r in refs],
+                "ids": [r[2] for r in refs],
+            },
+        )
+    ).first()
+    return (row.line, row.kind, row.id) if row is not None else None
+
+
+async def org_exists(conn: AsyncConnection, *, org_id: str) -> bool:
+    """True when the org exists."""
+    return bool((await conn.execute(ORG_EXISTS_SQL, {"org_id": org_id})).scalar())
+
+
+async def insert_edges(
+    conn: AsyncConnection, *, org_id: str, edges: Sequence[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """Insert ``(src, relationship, dst)`` edges once each; return those that were new."""
+    if not edges:
+        return []
+    rows = await conn.execute(
+        INSERT_EDGES_SQL,
+        {
+            "org_id": org_id,
+            "srcs": [e[0] for e in edges],
+            "rels": [e[1] for e in edges],
+            "dsts": [e[2] for e in edges],
+        },
+    )
+    return [(r.src_id, r.relationship, r.dst_id) for r in rows]
+
+
+async def insert_mentions(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Insert explicit mentions (a derived one becomes explicit); return those written."""
+    if not pairs:
+        return []
+    rows = await conn.execute(
+        INSERT_MENTIONS_SQL,
+        {"org_id": org_id, "srcs": [s for s, _ in pairs], "dsts": [d for _, d in pairs]},
+    )
+    return [(r.src_id, r.dst_id) for r in rows]
+
+
+FIRST_MISSING_MEMBER_SQL = text(
+    """/* sibyl:import.first_missing_member */
+SELECT x.line, x.project_id, x.user_id
+FROM unnest(CAST(:lines AS integer[]), CAST(:projects AS text[]), CAST(:users AS text[]))
+     AS x(line, project_id, user_id)
+WHERE NOT EXISTS (SELECT 1 FROM users u
+                  JOIN projects p ON p.org_id = u.org_id AND p.id = x.project_id
+                  WHERE u.id = x.user_id)
+ORDER BY x.line
+LIMIT 1"""
+)
+
+UPSERT_MEMBERS_SQL = text(
+    """/* sibyl:import.members */
+INSERT INTO project_members (org_id, project_id, user_id, role)
+SELECT p.org_id, p.id, u.id, x.role
+FROM unnest(CAST(:projects AS text[]), CAST(:users AS text[]), CAST(:roles AS text[]))
+     AS x(project_id, user_id, role)
+JOIN users u ON u.id = x.user_id
+JOIN projects p ON p.org_id = u.org_id AND p.id = x.project_id
+ON CONFLICT (org_id, project_id, user_id) DO UPDATE SET role = EXCLUDED.role
+WHERE project_members.role IS DISTINCT FROM EXCLUDED.role
+RETURNING user_id"""
+)
+
+
+async def first_missing_member(
+    conn: AsyncConnection, *, members: Sequence[tuple[int, str, str]]
+) -> tuple[int, str, str] | None:
+    """The first (line, project, user) whose user is unknown or whose project is not in the
+    user's org, or None."""
+    if not members:
+        return None
+    row = (
+        await conn.execute(
+            FIRST_MISSING_MEMBER_SQL,
+            {
+                "lines": [m[0] for m in members],
+                "projects": [m[1] for m in members],
+                "users": [m[2] for m in members],
+            },
+        )
+    ).first()
+    return (row.line, row.project_id, row.user_id) if row is not None else None
+
+
+async def upsert_members(conn: AsyncConnection, *, members: Sequence[tuple[str, str, str]]) -> int:
+    """Write ``(project, user, role)`` memberships (pairs distinct); return how many changed."""
+    if not members:
+        return 0
+    rows = await conn.execute(
+        UPSERT_MEMBERS_SQL,
+        {
+            "projects": [m[0] for m in members],
+            "users": [m[1] for m in members],
+            "roles": [m[2] for m in members],
+        },
+    )
+    return len(rows.all())
