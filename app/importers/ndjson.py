@@ -152,6 +152,7 @@ _RECORD = TypeAdapter(Record)
 ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
 # For the import's transaction only: room to sort a large batch in memory.
 BULK_SETTINGS_SQL = "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true)"
+VACUUM_TIMEOUT_S = 600.0
 VACUUM_SQL = (
     "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
     "passages, entity_grants, project_members, projects, users, communities, community_members"
@@ -430,10 +431,17 @@ async def import_records(
 
 async def vacuum(engine: AsyncEngine) -> None:
     """``VACUUM (ANALYZE)`` the tables an import writes (outside any transaction): fresh
-    statistics for the planner and a fresh visibility map for index-only scans."""
+    statistics for the planner and a fresh visibility map for index-only scans. Not bound by a
+    service engine's statement timeout (up to :data:`VACUUM_TIMEOUT_S`)."""
     async with engine.connect() as conn:
         auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await auto.execute(text(VACUUM_SQL))
+        raw = (await auto.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.execute("SET statement_timeout = 0")
+        try:
+            await raw.execute(VACUUM_SQL, timeout=VACUUM_TIMEOUT_S)
+        finally:
+            await raw.execute("RESET statement_timeout")
 
 
 async def _batches(

@@ -4,9 +4,9 @@ edges and mentions. Each is idempotent by id (an identical repeated write change
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -479,6 +479,35 @@ RETURNING src_id, dst_id"""
 )
 
 
+T = TypeVar("T")
+# Rows per statement of the bulk import: each statement stays well under a second even on a busy
+# server (a service engine's statement timeout applies to the import too), and a few hundred
+# statements carry a 357k-line file.
+ENTITY_ROWS = 2_000
+PASSAGE_ROWS = 500
+LINK_ROWS = 5_000
+
+
+TEXT_CHARS = 250_000  # characters of text a statement indexes at most (full-text work)
+
+
+def parts(
+    rows: Sequence[T], size: int, weight: Callable[[T], int] | None = None
+) -> Iterator[Sequence[T]]:
+    """``rows`` in consecutive slices of at most ``size`` rows and, with ``weight``, at most
+    :data:`TEXT_CHARS` of total weight (a single heavier row goes alone)."""
+    start = 0
+    while start < len(rows):
+        end, total = start, 0
+        while end < len(rows) and end - start < size:
+            total += weight(rows[end]) if weight is not None else 0
+            if end > start and total > TEXT_CHARS:
+                break
+            end += 1
+        yield rows[start:end]
+        start = end
+
+
 async def insert_entities(
     conn: AsyncConnection,
     *,
@@ -486,59 +515,58 @@ async def insert_entities(
     rows: Sequence[tuple[dict[str, Any], Any]],
 ) -> None:
     """Insert new entities at revision 1; ``rows``: (fields as for :func:`insert_entity`, their
-    projection or None)."""
-    if not rows:
-        return
-    await conn.execute(
-        INSERT_ENTITIES_SQL,
-        {
-            "org_id": org_id,
-            "ids": [f["id"] for f, _ in rows],
-            "types": [f["type"] for f, _ in rows],
-            "names": [f["name"] for f, _ in rows],
-            "contents": [f["content"] for f, _ in rows],
-            "projects": [f["project_id"] for f, _ in rows],
-            "scopes": [f["scope"] for f, _ in rows],
-            "owners": [f["owner_id"] for f, _ in rows],
-            "lifecycles": [f["lifecycle"] for f, _ in rows],
-            "metadata": [json.dumps(f["metadata"]) for f, _ in rows],
-            "kinds": [p.kind if p is not None else None for _, p in rows],
-            "totals": [len(p.spans) if p is not None else 0 for _, p in rows],
-            "lossless": [bool(p.lossless) if p is not None else False for _, p in rows],
-        },
-    )
+    projection or None). :data:`ENTITY_ROWS` a statement."""
+    for part in parts(rows, ENTITY_ROWS, lambda r: min(len(r[0]["content"]), 100_000)):
+        await conn.execute(
+            INSERT_ENTITIES_SQL,
+            {
+                "org_id": org_id,
+                "ids": [f["id"] for f, _ in part],
+                "types": [f["type"] for f, _ in part],
+                "names": [f["name"] for f, _ in part],
+                "contents": [f["content"] for f, _ in part],
+                "projects": [f["project_id"] for f, _ in part],
+                "scopes": [f["scope"] for f, _ in part],
+                "owners": [f["owner_id"] for f, _ in part],
+                "lifecycles": [f["lifecycle"] for f, _ in part],
+                "metadata": [json.dumps(f["metadata"]) for f, _ in part],
+                "kinds": [p.kind if p is not None else None for _, p in part],
+                "totals": [len(p.spans) if p is not None else 0 for _, p in part],
+                "lossless": [bool(p.lossless) if p is not None else False for _, p in part],
+            },
+        )
 
 
 async def insert_passages(
     conn: AsyncConnection, *, org_id: str, rows: Sequence[tuple[str, int, PassageRow]]
 ) -> None:
     """Insert spans of new entities; ``rows``: (parent id, parent revision, span)."""
-    if not rows:
-        return
-    await conn.execute(
-        INSERT_PASSAGES_SQL,
-        {
-            "org_id": org_id,
-            "ids": [p.id for _, _, p in rows],
-            "parents": [parent for parent, _, _ in rows],
-            "revisions": [rev for _, rev, _ in rows],
-            "indexes": [p.passage_index for _, _, p in rows],
-            "starts": [p.start_offset for _, _, p in rows],
-            "ends": [p.end_offset for _, _, p in rows],
-            "breadcrumbs": [p.breadcrumb for _, _, p in rows],
-            "contents": [p.content for _, _, p in rows],
-        },
-    )
+    for part in parts(rows, PASSAGE_ROWS, lambda r: len(r[2].content)):
+        await conn.execute(
+            INSERT_PASSAGES_SQL,
+            {
+                "org_id": org_id,
+                "ids": [p.id for _, _, p in part],
+                "parents": [parent for parent, _, _ in part],
+                "revisions": [rev for _, rev, _ in part],
+                "indexes": [p.passage_index for _, _, p in part],
+                "starts": [p.start_offset for _, _, p in part],
+                "ends": [p.end_offset for _, _, p in part],
+                "breadcrumbs": [p.breadcrumb for _, _, p in part],
+                "contents": [p.content for _, _, p in part],
+            },
+        )
 
 
 async def resolve_pending_many(
     conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
 ) -> list[str]:
     """:func:`resolve_pending` for many new memories at once; the sources that gained one."""
-    if not ids:
-        return []
-    rows = await conn.execute(RESOLVE_PENDING_MANY_SQL, {"org_id": org_id, "ids": list(ids)})
-    return [r.src_id for r in rows]
+    gained: list[str] = []
+    for part in parts(ids, LINK_ROWS):
+        rows = await conn.execute(RESOLVE_PENDING_MANY_SQL, {"org_id": org_id, "ids": list(part)})
+        gained += [r.src_id for r in rows]
+    return gained
 
 
 async def derive_links(
@@ -546,32 +574,33 @@ async def derive_links(
 ) -> None:
     """Store the ``[[dst]]`` links of new memories ``(src, dst)``: mentions where ``dst``
     exists, pending links otherwise."""
-    if not pairs:
-        return
-    await conn.execute(
-        DERIVE_LINKS_SQL,
-        {"org_id": org_id, "srcs": [s for s, _ in pairs], "dsts": [d for _, d in pairs]},
-    )
+    for part in parts(pairs, LINK_ROWS):
+        await conn.execute(
+            DERIVE_LINKS_SQL,
+            {"org_id": org_id, "srcs": [s for s, _ in part], "dsts": [d for _, d in part]},
+        )
 
 
 async def first_missing(
     conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
 ) -> tuple[int, str, str] | None:
-    """The first (line, field, id) of ``refs`` whose id is no memory of ``org_id``, or None."""
-    if not refs:
-        return None
-    row = (
-        await conn.execute(
-            FIRST_MISSING_SQL,
-            {
-                "org_id": org_id,
-                "lines": [r[0] for r in refs],
-                "fields": [r[1] for r in refs],
-                "ids": [r[2] for r in refs],
-            },
-        )
-    ).first()
-    return (row.line, row.field, row.id) if row is not None else None
+    """The first (line, field, id) of ``refs`` (in line order) whose id is no memory of
+    ``org_id``, or None."""
+    for part in parts(refs, 4 * LINK_ROWS):
+        row = (
+            await conn.execute(
+                FIRST_MISSING_SQL,
+                {
+                    "org_id": org_id,
+                    "lines": [r[0] for r in part],
+                    "fields": [r[1] for r in part],
+                    "ids": [r[2] for r in part],
+                },
+            )
+        ).first()
+        if row is not None:
+            return (row.line, row.field, row.id)
+    return None
 
 
 async def first_missing_ref(
@@ -604,31 +633,33 @@ async def insert_edges(
     conn: AsyncConnection, *, org_id: str, edges: Sequence[tuple[str, str, str]]
 ) -> list[tuple[str, str, str]]:
     """Insert ``(src, relationship, dst)`` edges once each; return those that were new."""
-    if not edges:
-        return []
-    rows = await conn.execute(
-        INSERT_EDGES_SQL,
-        {
-            "org_id": org_id,
-            "srcs": [e[0] for e in edges],
-            "rels": [e[1] for e in edges],
-            "dsts": [e[2] for e in edges],
-        },
-    )
-    return [(r.src_id, r.relationship, r.dst_id) for r in rows]
+    created: list[tuple[str, str, str]] = []
+    for part in parts(edges, LINK_ROWS):
+        rows = await conn.execute(
+            INSERT_EDGES_SQL,
+            {
+                "org_id": org_id,
+                "srcs": [e[0] for e in part],
+                "rels": [e[1] for e in part],
+                "dsts": [e[2] for e in part],
+            },
+        )
+        created += [(r.src_id, r.relationship, r.dst_id) for r in rows]
+    return created
 
 
 async def insert_mentions(
     conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
 ) -> list[tuple[str, str]]:
     """Insert explicit mentions (a derived one becomes explicit); return those written."""
-    if not pairs:
-        return []
-    rows = await conn.execute(
-        INSERT_MENTIONS_SQL,
-        {"org_id": org_id, "srcs": [s for s, _ in pairs], "dsts": [d for _, d in pairs]},
-    )
-    return [(r.src_id, r.dst_id) for r in rows]
+    written: list[tuple[str, str]] = []
+    for part in parts(pairs, LINK_ROWS):
+        rows = await conn.execute(
+            INSERT_MENTIONS_SQL,
+            {"org_id": org_id, "srcs": [s for s, _ in part], "dsts": [d for _, d in part]},
+        )
+        written += [(r.src_id, r.dst_id) for r in rows]
+    return written
 
 
 FIRST_MISSING_MEMBER_SQL = text(
