@@ -225,3 +225,64 @@ async def test_a_repeated_import_keeps_the_superseded_mark_and_changes_nothing(e
     again = await ndjson.import_records(engine, ndjson.from_dicts(records))
     assert again.outcomes["entity:updated"] == 0 and again.outcomes["edge:unchanged"] == 1
     assert await scalar(engine, state, o=t.org) == "superseded:2"
+
+
+async def test_a_cycle_in_one_import_file_names_the_line_that_closes_it(engine):
+    t = Team()
+    base = {"kind": "entity", "org": t.org, "type": "note", "project": "p1"}
+    ents = [{**base, "id": i, "name": i} for i in ("k1", "k2", "k3")]
+
+    def sup(src: str, dst: str) -> dict[str, Any]:
+        return {"kind": "edge", "org": t.org, "src": src, "dst": dst, "relationship": "SUPERSEDES"}
+
+    records = t.records(extra=[*ents, sup("k1", "k2"), sup("k2", "k3"), sup("k3", "k1")])
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.from_dicts(records))
+    assert (err.value.line, err.value.reason) == (len(records), write_rules.CYCLE)
+    assert await scalar(engine, "SELECT count(*) FROM entities WHERE org_id = :o", o=t.org) == 0
+    # fixed (the closing edge dropped), the same file imports, marks set
+    summary = await ndjson.import_records(engine, ndjson.from_dicts(records[:-1]))
+    assert summary.outcomes["edge:written"] == 2
+    marked = "SELECT string_agg(id, ',' ORDER BY id) FROM entities WHERE org_id = :o"
+    assert await scalar(engine, marked + " AND lifecycle = 'superseded'", o=t.org) == "k2,k3"
+
+
+async def test_the_bulk_import_writes_the_rows_a_rest_create_writes(engine, client):
+    bulk, rest = Team(), await Team().load(engine)
+    rec = {
+        "kind": "entity",
+        "org": bulk.org,
+        "id": "same",
+        "type": "decision",
+        "name": "Same",
+        "content": LONG + " [[n1]] [[ghost]]",
+        "project": "p1",
+        "owner": bulk.u("ann"),
+    }
+    await bulk.load(engine, extra=[rec])
+    ann = await rest.key(engine, "ann")
+    body = {k: rec[k] for k in ("id", "type", "name", "content", "project")}
+    assert (await call(client, "POST", "/api/entities", ann, json=body)).status_code == 201
+    rows = {}
+    for t in (bulk, rest):
+        async with engine.connect() as conn:
+            rows[t.org] = [
+                tuple(r)
+                for r in await conn.execute(
+                    text(
+                        "SELECT 'p', id, parent_revision, passage_index, start_offset, end_offset,"
+                        " breadcrumb, content FROM passages"
+                        " WHERE org_id = :o AND parent_id = 'same'"
+                        " UNION ALL SELECT 'e', type, revision, passage_total, 0, 0,"
+                        " passage_kind || passages_lossless::text, lifecycle FROM entities"
+                        " WHERE org_id = :o AND id = 'same'"
+                        " UNION ALL SELECT 'm', dst_id, 0, 0, 0, 0, derived::text, '' FROM mentions"
+                        " WHERE org_id = :o AND src_id = 'same'"
+                        " UNION ALL SELECT 'l', dst_id, 0, 0, 0, 0, '', '' FROM pending_links"
+                        " WHERE org_id = :o AND src_id = 'same' ORDER BY 1, 2"
+                    ),
+                    {"o": t.org},
+                )
+            ]
+    assert rows[bulk.org] == rows[rest.org]
+    assert len(rows[bulk.org]) > 3
