@@ -9,6 +9,7 @@ before pending links existed; a repeated import of a superseded memory changes n
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -286,3 +287,46 @@ async def test_the_bulk_import_writes_the_rows_a_rest_create_writes(engine, clie
             ]
     assert rows[bulk.org] == rows[rest.org]
     assert len(rows[bulk.org]) > 3
+
+
+async def test_a_link_written_while_its_target_is_being_created_is_settled(engine):
+    """The race of pending links: S links [[T]] while T's creation is not committed yet (S sees
+    no T; T's resolution does not see S's pending link). Each write settles after its commit,
+    so the later one sees both."""
+    from app.domain import memories, write_rules
+
+    t = await Team().load(engine)
+
+    def data(id_: str, content: str) -> memories.EntityData:
+        return memories.EntityData(
+            id=id_,
+            type="note",
+            name=id_,
+            content=content,
+            scope="project",
+            project_id="p1",
+            owner_id=t.u("ann"),
+        )
+
+    async def write_source() -> None:
+        with write_rules.settling() as unsettled:
+            async with engine.begin() as conn:
+                await memories.save_entity(
+                    conn, org_id=t.org, data=data("race_s", "[[race_t]]"), evidence_lines=40
+                )
+            async with engine.begin() as conn:
+                await write_rules.settle(conn, unsettled, reader_params=None)
+
+    pending = "SELECT count(*) FROM pending_links WHERE org_id = :o"
+    with write_rules.settling() as unsettled:
+        async with engine.begin() as conn:
+            await memories.save_entity(
+                conn, org_id=t.org, data=data("race_t", "target"), evidence_lines=40
+            )
+            await asyncio.create_task(write_source())  # commits while race_t is uncommitted
+        assert await scalar(engine, pending, o=t.org) == 1  # neither saw the other
+        async with engine.begin() as conn:
+            assert await write_rules.settle(conn, unsettled, reader_params=None) == 1
+    assert await scalar(engine, pending, o=t.org) == 0
+    mentions = "SELECT string_agg(src_id || '>' || dst_id, ' ') FROM mentions WHERE org_id = :o"
+    assert await scalar(engine, mentions, o=t.org) == "race_s>race_t"

@@ -139,7 +139,9 @@ async def create_entities(
         rows=[(d.id, 1, r) for d, p in items for r in passage_rows(d, 1, p)],
     )
     gained = await writes.resolve_pending_many(conn, org_id=org_id, ids=[d.id for d, _ in items])
+    write_rules.note_created(org_id, [d.id for d, _ in items])
     pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
+    write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
     await writes.derive_links(conn, org_id=org_id, pairs=pairs)
     await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
 
@@ -170,6 +172,7 @@ async def save_entity(
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
         gained = await writes.resolve_pending(conn, org_id=org_id, entity_id=data.id)
         await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
+        write_rules.note_created(org_id, [data.id])
         return "created", 1
 
     body_changed = stored.content != data.content or stored.type != data.type
@@ -259,6 +262,8 @@ async def _derive_mentions(
     may_link: Callable[[list[str]], Awaitable[list[str]]] | None,
 ) -> None:
     targets, pending = await _split_links(conn, org_id=org_id, data=data, may_link=may_link)
+    if pending:
+        write_rules.note_pending(org_id, [data.id])
     removed = await writes.rederive_mentions(
         conn, org_id=org_id, src_id=data.id, dst_ids=targets, pending_ids=pending
     )

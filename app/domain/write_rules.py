@@ -27,8 +27,10 @@ a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP an
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -194,3 +196,69 @@ async def delete_edge(
     if deleted:
         await retire_communities(conn, org_id=org_id, ids=[src, dst])
     return deleted
+
+
+@dataclass
+class Unsettled:
+    """What a write transaction left to settle once committed (see :func:`settling`): per org,
+    the memories it created and the sources it stored pending links for."""
+
+    created: dict[str, set[str]] = field(default_factory=dict)
+    sources: dict[str, set[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.created or self.sources)
+
+
+_UNSETTLED: ContextVar[Unsettled | None] = ContextVar("sibyl_unsettled", default=None)
+
+
+@contextmanager
+def settling() -> Iterator[Unsettled]:
+    """Collect, for the block, the links a write leaves to settle after its commit."""
+    unsettled = Unsettled()
+    token = _UNSETTLED.set(unsettled)
+    try:
+        yield unsettled
+    finally:
+        _UNSETTLED.reset(token)
+
+
+def note_created(org_id: str, ids: Sequence[str]) -> None:
+    """Record memories created by the running write (nothing outside :func:`settling`)."""
+    unsettled = _UNSETTLED.get()
+    if unsettled is not None and ids:
+        unsettled.created.setdefault(org_id, set()).update(ids)
+
+
+def note_pending(org_id: str, src_ids: Sequence[str]) -> None:
+    """Record sources for which the running write stored pending links."""
+    unsettled = _UNSETTLED.get()
+    if unsettled is not None and src_ids:
+        unsettled.sources.setdefault(org_id, set()).update(src_ids)
+
+
+async def settle(
+    conn: AsyncConnection, unsettled: Unsettled, *, reader_params: dict[str, object] | None
+) -> int:
+    """After the write committed, in a transaction of its own: resolve the pending links to
+    the memories it created, and the pending links it stored whose target exists now.
+
+    This closes the one race of pending links: a link written while its target is being created
+    by a concurrent transaction (each transaction sees the other's rows only once committed;
+    each settles after its own commit, so the later one of the two always sees both). Returns
+    the mentions written; retires the communities they touch.
+    """
+    written: list[str] = []
+    for org_id, ids in sorted(unsettled.created.items()):
+        gained = await write_repo.resolve_pending_many(conn, org_id=org_id, ids=sorted(ids))
+        await retire_communities(conn, org_id=org_id, ids=gained)
+        written += gained
+    for org_id, ids in sorted(unsettled.sources.items()):
+        params = reader_params if reader_params is not None else None
+        pairs = await write_repo.settle_sources(
+            conn, org_id=org_id, ids=sorted(ids), reader_params=params
+        )
+        await retire_communities(conn, org_id=org_id, ids=[i for p in pairs for i in p])
+        written += [s for s, _ in pairs]
+    return len(written)

@@ -403,21 +403,21 @@ async def import_records(
             progress.update(task, advance=n)
 
         try:
-            if atomic:
-                async with engine.begin() as conn:
-                    await conn.execute(text(BULK_SETTINGS_SQL))
-                    everything = [item for item in records]
-                    await _write_batch(conn, everything, summary, evidence_lines, advance)
-                    summary.pending_links = await writes.pending_count(
-                        conn, org_ids=sorted(summary.orgs)
-                    )
-            else:
-                async for batch in _batches(records, batch_size):
+            with write_rules.settling() as unsettled:
+                if atomic:
                     async with engine.begin() as conn:
                         await conn.execute(text(BULK_SETTINGS_SQL))
-                        await _write_batch(conn, batch, summary, evidence_lines, advance)
-                    committed = batch[-1][0]
-                async with engine.connect() as conn:
+                        everything = [item for item in records]
+                        await _write_batch(conn, everything, summary, evidence_lines, advance)
+                else:
+                    async for batch in _batches(records, batch_size):
+                        async with engine.begin() as conn:
+                            await conn.execute(text(BULK_SETTINGS_SQL))
+                            await _write_batch(conn, batch, summary, evidence_lines, advance)
+                        committed = batch[-1][0]
+                async with engine.begin() as conn:  # links a concurrent write left: settled now
+                    if unsettled:
+                        await write_rules.settle(conn, unsettled, reader_params=None)
                     summary.pending_links = await writes.pending_count(
                         conn, org_ids=sorted(summary.orgs)
                     )

@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.repo.readrule import readable
+
 UPSERT_ORG_SQL = text(
     """/* sibyl:write.org */
 INSERT INTO orgs (id, name) VALUES (:id, :name)
@@ -721,3 +723,58 @@ async def upsert_members(conn: AsyncConnection, *, members: Sequence[tuple[str, 
         },
     )
     return len(rows.all())
+
+
+# After a write commits: the pending links of these sources whose target exists now (created by
+# a transaction that committed meanwhile). The import's form (no reader) and the writer's form
+# (only targets the writer can read, the may_link rule of the write itself).
+SETTLE_SOURCES_SQL = text(
+    """/* sibyl:write.pending_settle */
+WITH resolved AS (
+    DELETE FROM pending_links p
+    USING entities t
+    WHERE p.org_id = :org_id AND p.src_id = ANY(CAST(:ids AS text[]))
+      AND t.org_id = p.org_id AND t.id = p.dst_id
+    RETURNING p.src_id, p.dst_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :org_id, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id, dst_id"""
+)
+
+SETTLE_SOURCES_READABLE_SQL = text(
+    f"""/* sibyl:write.pending_settle_readable */
+WITH resolved AS (
+    DELETE FROM pending_links p
+    USING entities t
+    WHERE p.org_id = :r_org AND p.src_id = ANY(CAST(:ids AS text[]))
+      AND t.org_id = p.org_id AND t.id = p.dst_id AND {readable("t")}
+    RETURNING p.src_id, p.dst_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :r_org, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id, dst_id"""
+)
+
+
+async def settle_sources(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    ids: Sequence[str],
+    reader_params: dict[str, object] | None,
+) -> list[tuple[str, str]]:
+    """Resolve the pending links of sources ``ids`` whose target exists (and, with
+    ``reader_params``, is readable by that writer); return the mentions written."""
+    out: list[tuple[str, str]] = []
+    for part in parts(ids, LINK_ROWS):
+        if reader_params is None:
+            rows = await conn.execute(SETTLE_SOURCES_SQL, {"org_id": org_id, "ids": list(part)})
+        else:
+            rows = await conn.execute(
+                SETTLE_SOURCES_READABLE_SQL, {**reader_params, "ids": list(part)}
+            )
+        out += [(r.src_id, r.dst_id) for r in rows]
+    return out
