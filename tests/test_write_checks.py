@@ -71,6 +71,8 @@ async def routes(engine: AsyncEngine, client: httpx.AsyncClient, t: Team) -> lis
     await rest("PATCH", "/api/entities/sp", json={"name": "x"})
     await rest("GET", "/api/entities/sp")
     await rest("PUT", f"/api/entities/sp/grants/{t.u('vic')}")
+    await rest("DELETE", f"/api/entities/sp/grants/{t.u('vic')}")
+    await rest("PUT", f"/api/entities/sa/grants/{t.u('vic')}")  # her own memory
     await rest("DELETE", "/api/entities/sp")
     await rest("DELETE", "/api/entities/made")
     async with Client(build_mcp(lambda: engine, fixed_key(ann))) as mcp:
