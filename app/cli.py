@@ -52,7 +52,12 @@ def migrate() -> None:
 @cli.command("import")
 def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
-    batch_size: Annotated[int, typer.Option(min=1, max=10_000)] = 500,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            min=1, max=10_000, help="Lines per batch (committed alone with --commit-batches)"
+        ),
+    ] = 500,
     commit_batches: Annotated[
         bool,
         typer.Option(

@@ -379,12 +379,13 @@ async def import_records(
     show_progress: bool = False,
     atomic: bool = True,
 ) -> ImportSummary:
-    """Write numbered records in batches of ``batch_size`` lines; return the summary.
+    """Write numbered records; return the summary.
 
-    ``atomic`` (default): one transaction for everything, so a bad line leaves nothing written.
-    Otherwise one transaction a batch. Raises ``ImportError_`` for the first bad line (a
-    validation error of a later line surfaces when it is reached); its ``committed`` says which
-    lines stay written (None: none).
+    ``atomic`` (default): the whole file in one transaction, applied kind by kind, so a bad line
+    leaves nothing written (``batch_size``: lines per step of the "reading" progress bar).
+    Otherwise one committed transaction per batch of ``batch_size`` lines. Raises
+    ``ImportError_`` for the first bad line (a validation error of a later line surfaces when it
+    is reached); its ``committed`` says which lines stay written (None: none).
     """
     summary = ImportSummary()
     progress = Progress(
@@ -407,7 +408,13 @@ async def import_records(
                 if atomic:
                     async with engine.begin() as conn:
                         await conn.execute(text(BULK_SETTINGS_SQL))
-                        everything = [item for item in records]
+                        reading = progress.add_task("reading", total=total)
+                        everything = []
+                        for item in records:
+                            everything.append(item)
+                            if len(everything) % batch_size == 0:
+                                progress.update(reading, advance=batch_size)
+                        progress.update(reading, completed=len(everything))
                         await _write_batch(conn, everything, summary, evidence_lines, advance)
                 else:
                     async for batch in _batches(records, batch_size):
