@@ -17,6 +17,15 @@ same file, or in a later import), communities touched retired. The summary repor
 are still pending. A declarative re-import of a memory marked superseded by a SUPERSEDES edge
 keeps the mark (the edge is there), so a repeated import changes nothing.
 
+**Set-based, kind by kind.** A file (or a batch) is applied in the order org, user, project,
+member, entity, edge, mention, grant, so a record may refer to a row stated later in the file.
+New memories, their spans and links, edges, mentions and memberships are written a few thousand
+rows a statement (bound arrays, :mod:`app.repo.writes`), through the same rule functions as the
+one-at-a-time path; a memory already stored (or stated twice) goes through
+:func:`save_entity` like a REST edit. Every reference is checked before it is written, so an
+error names its line and the id it could not find (``edge dst 'pep_4242' does not exist in org
+'org_python'``).
+
 After a load of :data:`ANALYZE_AFTER` lines or more the touched tables are vacuumed and analyzed
 (``VACUUM (ANALYZE)``): the servers run without autovacuum, and a fresh visibility map lets the
 walk's index-only scans skip the heap.
