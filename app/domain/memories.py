@@ -146,6 +146,52 @@ async def create_entities(
     await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
 
 
+async def unchanged(
+    conn: AsyncConnection, *, org_id: str, items: Sequence[EntityData], keep_mark: bool
+) -> tuple[set[str], dict[str, str]]:
+    """Which of ``items`` (stored memories, no declared spans) :func:`save_entity` would leave
+    ``unchanged``, found in a few statements: same fields, and stored mentions and pending
+    links that agree with the body's links. ``keep_mark``: an ``active`` item that is stored
+    superseded with a SUPERSEDES edge pointing at it counts as ``superseded`` (the import's
+    rule). Returns (the unchanged ids, the lifecycle to write for the others by id)."""
+    states = await writes.stored_states(conn, org_id=org_id, ids=[d.id for d in items])
+    lifecycle: dict[str, str] = {}
+    candidates = []
+    for d in items:
+        fields, marked = states[d.id]
+        life = "superseded" if keep_mark and d.lifecycle == "active" and marked else d.lifecycle
+        lifecycle[d.id] = life
+        mine = (
+            d.type,
+            d.name,
+            d.content,
+            d.project_id,
+            d.scope,
+            d.owner_id,
+            life,
+            d.metadata,
+        )
+        if mine == fields:
+            candidates.append(d)
+    linked = [d for d in candidates if links(d.content)]
+    if not linked:
+        return {d.id for d in candidates}, lifecycle
+    stored = await writes.derived_states(conn, org_id=org_id, ids=[d.id for d in linked])
+    wanted = {d.id: [t for t in links(d.content) if t != d.id] for d in linked}
+    found = await writes.existing_ids(
+        conn, org_id=org_id, ids=sorted({t for ts in wanted.values() for t in ts})
+    )
+    same = {d.id for d in candidates if not links(d.content)}
+    for d in linked:
+        expected = (
+            {t for t in wanted[d.id] if t in found},
+            {t for t in wanted[d.id] if t not in found},
+        )
+        if expected == stored[d.id]:
+            same.add(d.id)
+    return same, lifecycle
+
+
 async def save_entity(
     conn: AsyncConnection,
     *,

@@ -50,7 +50,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import BadRequest, DomainError
 from app.domain import write_rules
-from app.domain.memories import EntityData, checked_cut, create_entities, save_entity
+from app.domain.memories import (
+    EntityData,
+    checked_cut,
+    create_entities,
+    save_entity,
+    unchanged,
+)
 from app.domain.validation import stored_relationship
 from app.repo import communities as community_repo
 from app.repo import writes
@@ -595,8 +601,19 @@ async def _entities(
         async with _at(first):
             await create_entities(conn, org_id=org, items=new)
         outcomes["entity:created"] += len(new)
+        # stored ones stated once, without declared spans: the unchanged found set-based
+        counts = Counter(rec.id for _, rec in later if isinstance(rec, EntityRec))
+        once = [
+            data
+            for _, rec, data, _ in prepared
+            if data.id in stored and counts[data.id] == 1 and data.spans is None
+        ]
+        same, _ = await unchanged(conn, org_id=org, items=once, keep_mark=True)
+        outcomes["entity:unchanged"] += len(same)
         for n, rec in later:
             assert isinstance(rec, EntityRec)
+            if rec.id in same:
+                continue
             async with _at(n):
                 outcomes[f"entity:{await _entity(conn, rec, evidence_lines)}"] += 1
 

@@ -778,3 +778,60 @@ async def settle_sources(
             )
         out += [(r.src_id, r.dst_id) for r in rows]
     return out
+
+
+STORED_STATES_SQL = text(
+    """/* sibyl:import.stored_states */
+SELECT e.id, e.type, e.name, e.content, e.project_id, e.scope, e.owner_id, e.lifecycle,
+       e.metadata,
+       (e.lifecycle = 'superseded'
+        AND EXISTS (SELECT 1 FROM edges x
+                    WHERE x.org_id = e.org_id AND x.dst_id = e.id
+                      AND x.relationship = 'SUPERSEDES')) AS marked
+FROM entities e
+WHERE e.org_id = :org_id AND e.id = ANY(CAST(:ids AS text[]))"""
+)
+
+DERIVED_STATES_SQL = text(
+    """/* sibyl:import.derived_states */
+SELECT src_id, dst_id, true AS mention FROM mentions
+WHERE org_id = :org_id AND src_id = ANY(CAST(:ids AS text[])) AND derived
+UNION ALL
+SELECT src_id, dst_id, false AS mention FROM pending_links
+WHERE org_id = :org_id AND src_id = ANY(CAST(:ids AS text[]))"""
+)
+
+
+async def stored_states(
+    conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
+) -> dict[str, tuple[tuple[Any, ...], bool]]:
+    """Per stored id: (type, name, content, project_id, scope, owner_id, lifecycle, metadata),
+    and whether it is superseded with a SUPERSEDES edge pointing at it."""
+    out: dict[str, tuple[tuple[Any, ...], bool]] = {}
+    for part in parts(ids, LINK_ROWS):
+        rows = await conn.execute(STORED_STATES_SQL, {"org_id": org_id, "ids": list(part)})
+        for r in rows:
+            fields = (
+                r.type,
+                r.name,
+                r.content,
+                r.project_id,
+                r.scope,
+                r.owner_id,
+                r.lifecycle,
+                r.metadata,
+            )
+            out[r.id] = (fields, bool(r.marked))
+    return out
+
+
+async def derived_states(
+    conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
+) -> dict[str, tuple[set[str], set[str]]]:
+    """Per source id: (targets of its derived mentions, targets of its pending links)."""
+    out: dict[str, tuple[set[str], set[str]]] = {i: (set(), set()) for i in ids}
+    for part in parts(ids, LINK_ROWS):
+        rows = await conn.execute(DERIVED_STATES_SQL, {"org_id": org_id, "ids": list(part)})
+        for r in rows:
+            out[r.src_id][0 if r.mention else 1].add(r.dst_id)
+    return out
