@@ -88,7 +88,7 @@ def import_peps(
     if not folder.is_dir():
         raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass DIR)")
     started = time.monotonic()
-    records = list(peps.iter_pep_records(folder))
+    records = list(peps.iter_pep_records(folder, workers=os.cpu_count() or 1))
     typer.echo(f"parsed {len(records)} records in {time.monotonic() - started:.1f}s", err=True)
     _run_import(ndjson.from_dicts(records), total=len(records), batch_size=500)
     typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)

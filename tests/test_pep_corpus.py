@@ -444,3 +444,7 @@ def test_bad_corpus_folders_fail_at_call_time(tmp_path: Path) -> None:
     (tmp_path / "pep-0007.rst").write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match=r"pep-0007\.rst"):
         iter_pep_records(tmp_path)
+
+
+def test_worker_processes_give_the_same_records(records: list[dict[str, Any]]) -> None:
+    assert list(iter_pep_records(CORPUS_DIR, workers=2)) == records
