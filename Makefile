@@ -56,8 +56,9 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/pip install -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md) then the 60 s load test; BENCH_ARGS=--quick: smoke run
+bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md), the 357k-line import, the 60 s load test; BENCH_ARGS=--quick: smoke run
 	$(BIN)/sibyl-pg bench run $(BENCH_ARGS)
+	$(BIN)/sibyl-pg bench import $(if $(findstring --quick,$(BENCH_ARGS)),--quick,)
 	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
 
 bench-load: install ## 32 clients mixing reads and writes for 60 s against `serve` (docs/security.md)

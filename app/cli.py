@@ -53,14 +53,27 @@ def migrate() -> None:
 @cli.command("import")
 def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
-    batch_size: Annotated[int, typer.Option(min=1, max=10_000)] = 500,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            min=1, max=10_000, help="Lines per batch (committed alone with --commit-batches)"
+        ),
+    ] = 500,
+    commit_batches: Annotated[
+        bool,
+        typer.Option(
+            "--commit-batches",
+            help="Commit each batch on its own (default: the whole file or nothing)",
+        ),
+    ] = False,
 ) -> None:
-    """Bulk-import an NDJSON file (idempotent; a bad line is reported with its number)."""
+    """Bulk-import an NDJSON file: idempotent, all or nothing by default; a bad line is reported
+    with its number and the offending id."""
     from app.importers import ndjson
 
     total = sum(1 for line in file.open(encoding="utf-8") if line.strip())
     records = ndjson.read_file(file)
-    _run_import(records, total=total, batch_size=batch_size)
+    _run_import(records, total=total, batch_size=batch_size, atomic=not commit_batches)
 
 
 @cli.command("import-peps")
@@ -78,7 +91,8 @@ def import_peps(
     started = time.monotonic()
     records: list[dict[str, object]] = []
     with progress("parsing PEPs", peps.count_peps(folder)) as advance:
-        for record in peps.iter_pep_records(folder):  # bodies are parsed as entities come
+        # bodies are parsed as entities come, by one process per core
+        for record in peps.iter_pep_records(folder, workers=os.cpu_count() or 1):
             records.append(record)
             if record["kind"] == "entity":
                 advance(1)
@@ -87,9 +101,12 @@ def import_peps(
     typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
 
 
-def _run_import(records: Iterable[Any], *, total: int, batch_size: int) -> None:
+def _run_import(
+    records: Iterable[Any], *, total: int, batch_size: int, atomic: bool = True
+) -> None:
     """Import ``records`` (numbered, as :func:`app.importers.ndjson.read_file` yields them) with
-    a progress bar on a terminal (the importer's own) or periodic lines elsewhere."""
+    a progress bar on a terminal (the importer's own) or periodic lines elsewhere; ``atomic``:
+    all or nothing for the whole input (else each batch commits on its own)."""
     from app.importers import ndjson
 
     terminal = console.is_terminal
@@ -104,6 +121,7 @@ def _run_import(records: Iterable[Any], *, total: int, batch_size: int) -> None:
                 batch_size=batch_size,
                 evidence_lines=get_settings().evidence_lines,
                 show_progress=terminal,
+                atomic=atomic,
             )
         finally:
             await engine.dispose()
@@ -115,7 +133,7 @@ def _run_import(records: Iterable[Any], *, total: int, batch_size: int) -> None:
             with progress("importing records", total) as advance:
                 summary = asyncio.run(go(counted(records, advance)))
     except ndjson.ImportError_ as exc:
-        raise _err(f"import stopped at {exc} (its batch was not written)") from None
+        raise _err(f"import stopped at {exc} ({exc.outcome()})") from None
     typer.echo(summary.render())
 
 

@@ -111,8 +111,9 @@ async def test_import_cuts_derives_and_is_idempotent(engine, tmp_path):
     assert first.relationships == {"DEPENDS_ON": 1}
     after_first = await counts(engine, org)
     assert after_first["passages"] >= 2  # the long body was cut on import
-    # [[pep_0484]] became a derived mention; [[nope]] does not exist and was dropped
+    # [[pep_0484]] became a derived mention; [[nope]] does not exist: kept pending, reported
     assert after_first["mentions"] == 2
+    assert first.pending_links == 1 and "pending links: 1" in first.render()
     assert after_first["edges"] == 1 and after_first["entity_grants"] == 1
     second = await ndjson.import_records(engine, ndjson.read_file(path))
     assert second.outcomes["entity:unchanged"] == 3
@@ -120,7 +121,7 @@ async def test_import_cuts_derives_and_is_idempotent(engine, tmp_path):
     assert await counts(engine, org) == after_first  # a repeated import changes nothing
 
 
-async def test_bad_line_is_reported_and_its_batch_not_written(engine, tmp_path):
+async def test_bad_line_names_its_id_and_nothing_of_the_file_is_written(engine, tmp_path):
     org, sfx = "org_bad_" + secrets.token_hex(3), secrets.token_hex(3)
     records = sample(org, sfx)
     records.insert(
@@ -135,12 +136,35 @@ async def test_bad_line_is_reported_and_its_batch_not_written(engine, tmp_path):
     )
     path = write(tmp_path, records)
     with pytest.raises(ndjson.ImportError_) as err:
-        await ndjson.import_records(engine, ndjson.read_file(path), batch_size=4)
+        await ndjson.import_records(engine, ndjson.read_file(path), batch_size=2)
     assert err.value.line == 8
-    assert "does not exist" in err.value.reason
-    # batch 1 (lines 1-4) committed; batch 2 (lines 5-8) holds the bad line: none of it written
+    assert err.value.reason == f"edge dst 'pep_4242' does not exist in org '{org}'"
+    assert err.value.committed is None and err.value.outcome() == "nothing of the file was written"
+    # all or nothing per file: batches 1-3 (lines 1-6) were rolled back with the bad one
     got = await counts(engine, org)
-    assert got["project_members"] == 1 and got["entities"] == 0 and got["passages"] == 0
+    assert {k: n for k, n in got.items() if k != "state"} == dict.fromkeys(
+        got.keys() - {"state"}, 0
+    )
+    # a re-run after fixing the line completes the import
+    del records[7]
+    fixed = await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
+    assert fixed.outcomes["entity:created"] == 3
+
+
+async def test_commit_batches_says_exactly_which_lines_were_committed(engine, tmp_path):
+    org, sfx = "org_bat_" + secrets.token_hex(3), secrets.token_hex(3)
+    records = sample(org, sfx)
+    bad = {"kind": "edge", "org": org, "src": "pep_0526", "dst": "pep_4242", "relationship": "X"}
+    records.insert(6, bad)
+    path = write(tmp_path, records)
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(path), batch_size=2, atomic=False)
+    assert (err.value.line, err.value.committed) == (7, 6)
+    assert err.value.outcome() == ("lines 1-6 were committed; nothing from line 7 on was written")
+    assert "pep_4242" in str(err.value) and "line 7" in str(err.value)
+    del records[6]
+    again = await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
+    assert again.outcomes["entity:created"] + again.outcomes["entity:unchanged"] == 3
 
 
 @pytest.mark.parametrize(
@@ -244,3 +268,60 @@ def test_cli_import_and_keys_create(database_url, tmp_path):
     )
     assert failed.returncode == 1 and "line 1" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (
+            {"kind": "edge", "src": "nowhere", "dst": "pep_0484", "relationship": "X"},
+            "edge src 'nowhere' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "mention", "src": "pep_0484", "dst": "gone"},
+            "mention dst 'gone' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "entity", "id": "e1", "type": "note", "name": "n", "owner": "user_zz"},
+            "user 'user_zz' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "entity", "id": "e2", "type": "note", "name": "n", "project": "proj_zz"},
+            "project 'proj_zz' does not exist in org '{org}'",
+        ),
+        (
+            {"kind": "entity", "id": "e3", "type": "passage", "name": "n", "owner": "{user}"},
+            "type 'passage' is reserved for the spans the service cuts",
+        ),
+        (
+            {"kind": "member", "project": "proj_typing", "user": "user_zz", "role": "viewer"},
+            "project 'proj_typing' or user 'user_zz' does not exist, "
+            "or they belong to different orgs",
+        ),
+        (
+            {"kind": "grant", "entity": "nothing", "user": "{user}"},
+            "entity 'nothing' or user '{user}' does not exist, or they belong to different orgs",
+        ),
+    ],
+)
+async def test_every_error_names_its_line_and_the_offending_id(engine, tmp_path, bad, reason):
+    org, sfx = "org_err_" + secrets.token_hex(3), secrets.token_hex(3)
+    user = f"user_ann_{sfx}"
+    records = sample(org, sfx)
+    line = {k: (v.format(user=user) if isinstance(v, str) else v) for k, v in bad.items()}
+    if line["kind"] in ("edge", "mention", "entity"):
+        line["org"] = org
+    records.insert(5, line)  # after pep_0484, before the rest
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
+    assert err.value.line == 6
+    assert err.value.reason == reason.format(org=org, user=user)
+    assert str(err.value).startswith("line 6: ")
+
+
+async def test_an_entity_in_an_unknown_org_names_the_org(engine, tmp_path):
+    rec = {"kind": "entity", "org": "org_nowhere", "id": "x", "type": "note", "name": "n"}
+    rec["scope"] = "org"
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, [rec])))
+    assert (err.value.line, err.value.reason) == (1, "org 'org_nowhere' does not exist")

@@ -282,7 +282,14 @@ def records(o: Org, *, with_secret: bool) -> list[dict[str, Any]]:
         {"kind": "member", "project": P, "user": o.u("powner"), "role": "owner"},
         {"kind": "member", "project": P, "user": o.u("author"), "role": "contributor"},
         {"kind": "member", "project": P_OPEN, "user": o.u("author"), "role": "contributor"},
-        entity(V, "Plan", "A plan the readers may read: part word1 word2, the decision body."),
+        # superseded in both orgs: the secret's SUPERSEDES edge marks V (contract §9, one write
+        # path), so the control org states the lifecycle that edge leaves
+        entity(
+            V,
+            "Plan",
+            "A plan the readers may read: part word1 word2, the decision body.",
+            lifecycle="superseded",
+        ),
         entity(BEYOND, "Beyond", "Downstream of the decision: body text."),
         entity(COUSIN, "Cousin", "Same community as the plan: body text."),
         entity(OPEN, "Open plan", "An open plan body.", project=P_OPEN),

@@ -23,6 +23,7 @@ from app.importers.peps import (
     rst_titles_to_markdown,
     summarize,
 )
+from tests.conftest import PEPS_DIR
 
 ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1{3,}\s*$")  # a line of one repeated punctuation
 HEADING = re.compile(r"^(#{1,6}) \S")
@@ -438,3 +439,7 @@ def test_bad_corpus_folders_fail_at_call_time(tmp_path: Path) -> None:
     (tmp_path / "pep-0007.rst").write_text(text, encoding="utf-8")
     with pytest.raises(ValueError, match=r"pep-0007\.rst"):
         iter_pep_records(tmp_path)
+
+
+def test_worker_processes_give_the_same_records(records: list[dict[str, Any]]) -> None:
+    assert list(iter_pep_records(PEPS_DIR, workers=2)) == records

@@ -145,3 +145,30 @@ def run_cmd(
         baseline_case_seconds=case_seconds or (8.0 if quick else 20.0),
     )
     run_benchmark(spec, options, log=_echo)
+
+
+@bench_cli.command("import")
+def import_cmd(
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Smoke run: a graph of 7k lines instead of 357k")
+    ] = False,
+    seed: Seed = 13,
+    keep: Annotated[
+        Path | None, typer.Option(help="Write the generated NDJSON here and keep it")
+    ] = None,
+) -> None:
+    """Generate an NDJSON graph the size and shape of a real one (63k memories, 283k edges, a hub
+    with 22k in-edges, 58 projects, 8k memberships: 357k lines), import it into a fresh
+    database ``sibyl_bench_import`` and report lines/s (target: 6,000 on 2 cores)."""
+    import asyncio
+    import tempfile
+
+    from app.bench import import_bench
+
+    shape = import_bench.QUICK if quick else import_bench.FULL
+    with tempfile.TemporaryDirectory() as folder:
+        path = keep or Path(folder) / "graph.ndjson"
+        lines = import_bench.write(path, shape, seed=seed)
+        _echo(f"generated {lines:,} lines in {path}")
+        report = asyncio.run(import_bench.run(path, lines))
+    typer.echo(report.render())

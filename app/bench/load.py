@@ -10,8 +10,9 @@ Latencies are reported per verb and overall (p50, p95, p99, max).
 
 Two forms:
 
-- the short form runs in CI (``tests/test_load.py``: 8 s on the test database, in an org of
-  its own; ``SIBYL_LOAD_SECONDS`` changes it);
+- the short form runs in CI (``tests/test_load.py``: a fixed amount of work, :data:`SHORT_STEPS`
+  requests per client, on the test database, in an org of its own; ``SIBYL_LOAD_STEPS`` changes
+  it). It counts work, never time: a busy machine makes it slower, never failing;
 - the long form is ``make bench-load`` (``python -m app.bench.load``, 60 s by default): it
   creates a database of its own, ``sibyl_bench_load``, on the server of ``DATABASE_URL`` (or the
   embedded server), migrates it, seeds it, serves it, loads it, prints the report and exits with
@@ -44,6 +45,7 @@ from app.core.settings import PROJECT_ROOT
 CLIENTS = 32
 LONG_SECONDS = 60.0
 SHORT_SECONDS = 8.0
+SHORT_STEPS = 12  # requests per client in the short form (fixed work, no clock)
 LOAD_DATABASE = "sibyl_bench_load"
 SEED_MEMORIES = 40
 # relative weights of the verbs each client draws from
@@ -290,10 +292,13 @@ class LoadClient:
         response = await http.post("/api/edges", json=body, headers=self._write())
         return (201 if response.status_code == 201 else 200), response
 
-    async def run(self, base_url: str, until: float) -> None:
-        """Send requests back to back until ``until`` (monotonic time)."""
+    async def run(self, base_url: str, until: float | None, steps: int | None = None) -> None:
+        """Send requests back to back until ``until`` (monotonic time), or exactly ``steps``
+        requests when ``steps`` is given (``until`` is then ignored)."""
         async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
-            while time.monotonic() < until:
+            sent = 0
+            while (sent < steps) if steps is not None else (time.monotonic() < (until or 0.0)):
+                sent += 1
                 try:
                     await self.step(http)
                 except httpx.HTTPError as error:
@@ -328,14 +333,26 @@ async def verify(base_url: str, world: World, report: Report) -> None:
 
 
 async def run_load(
-    base_url: str, world: World, *, clients: int = CLIENTS, seconds: float = SHORT_SECONDS
+    base_url: str,
+    world: World,
+    *,
+    clients: int = CLIENTS,
+    seconds: float = SHORT_SECONDS,
+    steps: int | None = None,
 ) -> Report:
-    """Run ``clients`` clients for ``seconds`` against ``base_url``, then verify every write."""
+    """Run ``clients`` clients against ``base_url``, then verify every write.
+
+    With ``steps`` each client sends exactly ``steps`` requests (a fixed amount of work, what a
+    test asserts on); otherwise each runs for ``seconds`` (the benchmark's long form).
+    ``Report.seconds`` is the measured wall time either way.
+    """
     report = Report(seconds=seconds, clients=clients)
-    until = time.monotonic() + seconds
+    started = time.monotonic()
+    until = None if steps is not None else started + seconds
     await asyncio.gather(
-        *(LoadClient(n, world, report).run(base_url, until) for n in range(clients))
+        *(LoadClient(n, world, report).run(base_url, until, steps) for n in range(clients))
     )
+    report.seconds = max(time.monotonic() - started, 1e-6)
     await verify(base_url, world, report)
     return report
 

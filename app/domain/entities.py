@@ -14,13 +14,20 @@ Permissions are :mod:`app.domain.permissions`. Decisions:
   writable is 403. An id given on create that is already taken in the org is 409 whether or not
   the writer can read that memory (ids are the writer's choice; the minted default never
   collides), and the answer names no id.
-- A self-edge is 400; an edge that would close a ``SUPERSEDES`` cycle is 409 (checked under an
-  org-wide transaction lock, so concurrent writers cannot close a cycle together); a repeated
+- A self-edge is 400; an edge that would close a ``SUPERSEDES`` cycle through memories the
+  writer can read is 409 (a cycle through a hidden memory is allowed: the check never reveals
+  one; checked under an org-wide transaction lock, so concurrent writers cannot close a cycle
+  together); a repeated
   edge is written once (``created: false``). ``MENTIONS`` and ``SHARES_COMMUNITY`` are derived
   hops, never written as edges (400).
 - Writing ``A SUPERSEDES B`` marks ``B`` superseded when it is ``active`` (a retired memory stays
   retired) and changes no other memory; deleting that edge changes no lifecycle (marking is an
   explicit write: PATCH ``lifecycle``).
+- A PATCH making a memory ``private`` is allowed to its owner only (or to anyone when it has
+  none: they become its owner): anyone else gets 403 with the reason, since a private memory is
+  readable by its owner and grantees only and the editor would lose it (issue 13, item 5).
+- The rules every door shares (reserved types, cycles, the superseded mark, links, pending links,
+  community retirement) are :mod:`app.domain.write_rules`.
 - Deleting a memory removes its passages, mentions, edges, grants and community memberships
   (foreign keys with cascade).
 """
@@ -33,7 +40,7 @@ import secrets
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
-from app.domain import permissions
+from app.domain import permissions, write_rules
 from app.domain.memories import EntityData, save_entity
 from app.domain.reader import Reader
 from app.domain.validation import ID_RE, clean_text, stored_relationship
@@ -42,9 +49,7 @@ from app.repo import entities as repo
 from app.repo import writes as write_repo
 from app.repo.directory import delete_grant, insert_grant, user_in_org
 
-TYPE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 MAX_NAME_CHARS = 1000
-RESERVED_TYPES = frozenset({"passage"})
 _REVISION = re.compile(r'^(?:W/)?"?(\d{1,18})"?$')
 
 
@@ -77,13 +82,7 @@ def _entity_id(value: str, *, field: str = "id") -> str:
     return stripped
 
 
-def _type(value: str) -> str:
-    lowered = value.strip().lower()
-    if not TYPE_RE.fullmatch(lowered):
-        raise BadRequest("type must be a lower-case word matching [a-z][a-z0-9_]{0,63}")
-    if lowered in RESERVED_TYPES:
-        raise BadRequest("type 'passage' is reserved for the spans the service cuts")
-    return lowered
+_type = write_rules.memory_type
 
 
 def _name(value: str) -> str:
@@ -97,11 +96,10 @@ def _project(value: str | None) -> str | None:
     return None if value is None else _entity_id(value, field="project")
 
 
-def _check_scope(scope: str, project_id: str | None) -> None:
-    if scope == "org" and project_id is not None:
-        raise BadRequest("an org-scoped memory has no project")
-    if scope == "project" and project_id is None:
-        raise BadRequest("a project-scoped memory needs a project")
+_check_scope = write_rules.check_scope
+PRIVATE_BY_OWNER = (
+    "Only the memory's owner may make it private (you would no longer be able to read it)"
+)
 
 
 def relationship_name(value: str) -> str:
@@ -146,9 +144,9 @@ async def create_entity(
     ``Conflict`` (the id is taken in the org).
     """
     type_ = _type(body.type)
-    entity_id = _entity_id(body.id) if body.id is not None else f"{type_}_{secrets.token_hex(6)}"
-    if entity_id.startswith("passage_"):
-        raise BadRequest("ids starting with 'passage_' are reserved for passages")
+    entity_id = (
+        write_rules.memory_id(body.id) if body.id is not None else f"{type_}_{secrets.token_hex(6)}"
+    )
     project_id = _project(body.project)
     scope = body.scope or ("project" if project_id else "private")
     _check_scope(scope, project_id)
@@ -215,6 +213,18 @@ async def update_entity(
     else:
         project_id = stored.project_id
     _check_scope(scope, project_id)
+    if (
+        scope == "private"
+        and stored.scope != "private"
+        and stored.owner_id
+        not in (
+            None,
+            reader.user_id,
+        )
+    ):
+        # Made private, it would be readable by its owner (and grantees) only: an editor who is
+        # not the owner would change it and lose it in the same breath. Refused, with why.
+        raise Forbidden(PRIVATE_BY_OWNER)
     owner_id = (stored.owner_id or reader.user_id) if scope == "private" else stored.owner_id
     if (scope, project_id) != (stored.scope, stored.project_id):
         await permissions.check_placement(conn, reader, scope=scope, project_id=project_id)
@@ -256,6 +266,7 @@ async def delete_entity(
     target = await permissions.writable_target(conn, reader, entity_id.strip())
     if if_match is not None and target.revision not in if_match:
         raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
+    await write_rules.retire_communities(conn, org_id=reader.org_id, ids=[target.id])
     await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id)
 
 
@@ -292,22 +303,20 @@ async def create_edge(conn: AsyncConnection, reader: Reader, body: EdgeIn) -> Ed
     superseded (``superseded`` names it).
     """
     src, relationship, dst = await _edge_targets(conn, reader, body)
-    org = reader.org_id
-    if relationship == "SUPERSEDES" and await repo.supersedes_path(
-        conn, org_id=org, src_id=src, dst_id=dst
-    ):
-        raise Conflict("This SUPERSEDES edge would close a cycle")
-    created = await repo.insert_edge(
-        conn, org_id=org, src_id=src, relationship=relationship, dst_id=dst
+    result = await write_rules.write_edge(
+        conn,
+        org_id=reader.org_id,
+        src=src,
+        relationship=relationship,
+        dst=dst,
+        reader_params=reader.params(),
     )
-    superseded = None
-    if created and relationship == "SUPERSEDES":
-        revision = await repo.mark_superseded(conn, org_id=org, entity_id=dst)
-        if revision is not None:
-            await write_repo.restamp_passages(conn, org_id=org, parent_id=dst, revision=revision)
-            superseded = dst
     return EdgeOut(
-        src=src, relationship=relationship, dst=dst, created=created, superseded=superseded
+        src=src,
+        relationship=relationship,
+        dst=dst,
+        created=result.created,
+        superseded=result.superseded,
     )
 
 
@@ -316,8 +325,8 @@ async def delete_edge(conn: AsyncConnection, reader: Reader, body: EdgeIn) -> No
     changes. Raises ``NotFound`` ("Edge not found" when both ends are readable but the edge
     does not exist), ``Forbidden``, ``BadRequest``."""
     src, relationship, dst = await _edge_targets(conn, reader, body)
-    if not await repo.delete_edge(
-        conn, org_id=reader.org_id, src_id=src, relationship=relationship, dst_id=dst
+    if not await write_rules.delete_edge(
+        conn, org_id=reader.org_id, src=src, relationship=relationship, dst=dst
     ):
         raise NotFound("Edge not found")
 

@@ -9,8 +9,17 @@ whichever door it came in by (contract §7, §9). Rules:
   are minted anew per (parent, revision, index); any other change keeps the spans (same ids,
   same text) and moves them to the new revision;
 - an identical repeated write changes nothing (import idempotence);
-- mentions are re-derived from ``[[entity_id]]`` links on every body edit, keeping only links to
-  existing entities that ``may_link`` accepts (the writer's read rule, on REST).
+- mentions are re-derived from ``[[entity_id]]`` links on every body edit: a link to an existing
+  memory that ``may_link`` accepts (the writer's read rule, on REST and MCP) is a mention; any
+  other link (target missing, or hidden from the writer: the two look alike) is kept as a
+  **pending link** and nothing is dropped (contract §9 revised, issue 13);
+- creating a memory turns every pending link to its id into a mention (a forward link earlier in
+  the same import, a later import, REST, MCP);
+- an unchanged re-write whose stored mentions and pending links disagree with its links (rows
+  written before pending links existed) re-derives them: outcome ``repaired``, no new revision;
+- the rules of :mod:`app.domain.write_rules` hold here for every door: a reserved type or id is
+  refused, scope and project agree, and a change of scope, project, lifecycle or links retires
+  the communities holding the memories it touched.
 """
 
 from __future__ import annotations
@@ -23,14 +32,14 @@ from typing import Any, Literal
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest
-from app.domain import spans
+from app.domain import spans, write_rules
 from app.domain.passages import passage_id
 from app.repo import writes
 
 LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
 MAX_CONTENT_CHARS = 1_000_000
 
-Outcome = Literal["created", "updated", "unchanged"]
+Outcome = Literal["created", "updated", "unchanged", "repaired"]
 
 
 @dataclass
@@ -79,6 +88,110 @@ def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
         raise BadRequest(str(exc)) from exc
 
 
+def checked_cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
+    """Apply the rules every memory write obeys (:mod:`app.domain.write_rules`: no reserved
+    type or id, scope and project agree; a body of at most 1,000,000 characters) and return its
+    cut. Raises ``BadRequest`` naming the rule."""
+    write_rules.memory_type(data.type)
+    write_rules.memory_id(data.id)
+    write_rules.check_scope(data.scope, data.project_id)
+    if len(data.content) > MAX_CONTENT_CHARS:
+        raise BadRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
+    return cut(data, evidence_lines=evidence_lines)
+
+
+def passage_rows(
+    data: EntityData, revision: int, projection: spans.Projection | None
+) -> list[writes.PassageRow]:
+    """The stored spans of ``data`` at ``revision`` (ids minted per parent, revision, index)."""
+    if projection is None:
+        return []
+    return [
+        writes.PassageRow(
+            id=passage_id(data.id, revision, i, data.content[s.start : s.end]),
+            passage_index=i,
+            start_offset=s.start,
+            end_offset=s.end,
+            breadcrumb=s.breadcrumb,
+            content=data.content[s.start : s.end],
+        )
+        for i, s in enumerate(projection.spans)
+    ]
+
+
+async def create_entities(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    items: Sequence[tuple[EntityData, spans.Projection | None]],
+) -> None:
+    """Create many new memories of ``org_id`` set-based (the bulk import), under the rules of
+    :func:`save_entity`: each ``(data, cut)`` pair comes from :func:`checked_cut`, ids are known
+    absent and distinct. Writes the rows at revision 1 with their spans, resolves the pending
+    links waiting for them, derives their links (mentions, or pending links) and retires the
+    communities of memories that gained a mention. A few statements whatever the count."""
+    if not items:
+        return
+    await writes.insert_entities(conn, org_id=org_id, rows=[(d.fields(), p) for d, p in items])
+    await writes.insert_passages(
+        conn,
+        org_id=org_id,
+        rows=[(d.id, 1, r) for d, p in items for r in passage_rows(d, 1, p)],
+    )
+    gained = await writes.resolve_pending_many(conn, org_id=org_id, ids=[d.id for d, _ in items])
+    write_rules.note_created(org_id, [d.id for d, _ in items])
+    pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
+    write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
+    await writes.derive_links(conn, org_id=org_id, pairs=pairs)
+    await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
+
+
+async def unchanged(
+    conn: AsyncConnection, *, org_id: str, items: Sequence[EntityData], keep_mark: bool
+) -> tuple[set[str], dict[str, str]]:
+    """Which of ``items`` (stored memories, no declared spans) :func:`save_entity` would leave
+    ``unchanged``, found in a few statements: same fields, and stored mentions and pending
+    links that agree with the body's links. ``keep_mark``: an ``active`` item that is stored
+    superseded with a SUPERSEDES edge pointing at it counts as ``superseded`` (the import's
+    rule). Returns (the unchanged ids, the lifecycle to write for the others by id)."""
+    states = await writes.stored_states(conn, org_id=org_id, ids=[d.id for d in items])
+    lifecycle: dict[str, str] = {}
+    candidates = []
+    for d in items:
+        fields, marked = states[d.id]
+        life = "superseded" if keep_mark and d.lifecycle == "active" and marked else d.lifecycle
+        lifecycle[d.id] = life
+        mine = (
+            d.type,
+            d.name,
+            d.content,
+            d.project_id,
+            d.scope,
+            d.owner_id,
+            life,
+            d.metadata,
+        )
+        if mine == fields:
+            candidates.append(d)
+    linked = [d for d in candidates if links(d.content)]
+    if not linked:
+        return {d.id for d in candidates}, lifecycle
+    stored = await writes.derived_states(conn, org_id=org_id, ids=[d.id for d in linked])
+    wanted = {d.id: [t for t in links(d.content) if t != d.id] for d in linked}
+    found = await writes.existing_ids(
+        conn, org_id=org_id, ids=sorted({t for ts in wanted.values() for t in ts})
+    )
+    same = {d.id for d in candidates if not links(d.content)}
+    for d in linked:
+        expected = (
+            {t for t in wanted[d.id] if t in found},
+            {t for t in wanted[d.id] if t not in found},
+        )
+        if expected == stored[d.id]:
+            same.add(d.id)
+    return same, lifecycle
+
+
 async def save_entity(
     conn: AsyncConnection,
     *,
@@ -93,17 +206,19 @@ async def save_entity(
     mentions are rewritten only when the body or its cut changed (otherwise the spans are
     restamped with the new revision). ``may_link`` filters link targets (default: every
     existing one).
-    Raises ``BadRequest`` for a body over 1,000,000 characters or bad declared spans.
+    Raises ``BadRequest`` for a reserved type or id, a scope/project mismatch, a body over
+    1,000,000 characters or bad declared spans.
     """
-    if len(data.content) > MAX_CONTENT_CHARS:
-        raise BadRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
-    projection = cut(data, evidence_lines=evidence_lines)
+    projection = checked_cut(data, evidence_lines=evidence_lines)
     stored = await writes.lock_entity(conn, org_id=org_id, entity_id=data.id)
     fields = data.fields()
     if stored is None:
         await writes.insert_entity(conn, org_id=org_id, fields=fields)
         await _write_cut(conn, org_id=org_id, data=data, revision=1, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
+        gained = await writes.resolve_pending(conn, org_id=org_id, entity_id=data.id)
+        await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
+        write_rules.note_created(org_id, [data.id])
         return "created", 1
 
     body_changed = stored.content != data.content or stored.type != data.type
@@ -130,9 +245,14 @@ async def save_entity(
         data.metadata,
     )
     if same_fields and not body_changed:
+        if await _repair_links(conn, org_id=org_id, data=data, may_link=may_link):
+            return "repaired", stored.revision
         return "unchanged", stored.revision
     revision = stored.revision + 1
     await writes.update_entity(conn, org_id=org_id, fields=fields, revision=revision)
+    placed = (stored.scope, stored.project_id, stored.lifecycle)
+    if placed != (data.scope, data.project_id, data.lifecycle):
+        await write_rules.retire_communities(conn, org_id=org_id, ids=[data.id])
     if body_changed:
         await _write_cut(conn, org_id=org_id, data=data, revision=revision, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
@@ -149,19 +269,7 @@ async def _write_cut(
     revision: int,
     projection: spans.Projection | None,
 ) -> None:
-    rows = []
-    if projection is not None:
-        rows = [
-            writes.PassageRow(
-                id=passage_id(data.id, revision, i, data.content[s.start : s.end]),
-                passage_index=i,
-                start_offset=s.start,
-                end_offset=s.end,
-                breadcrumb=s.breadcrumb,
-                content=data.content[s.start : s.end],
-            )
-            for i, s in enumerate(projection.spans)
-        ]
+    rows = passage_rows(data, revision, projection)
     await writes.replace_passages(
         conn,
         org_id=org_id,
@@ -173,6 +281,25 @@ async def _write_cut(
     )
 
 
+async def _split_links(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    data: EntityData,
+    may_link: Callable[[list[str]], Awaitable[list[str]]] | None,
+) -> tuple[list[str], list[str]]:
+    """(links that are mentions now, links kept pending), in order of first appearance."""
+    wanted = [t for t in links(data.content) if t != data.id]
+    if not wanted:
+        return [], []
+    existing = await writes.existing_ids(conn, org_id=org_id, ids=wanted)
+    targets = [t for t in wanted if t in existing]
+    if targets and may_link is not None:
+        targets = await may_link(targets)
+    kept = set(targets)
+    return targets, [t for t in wanted if t not in kept]
+
+
 async def _derive_mentions(
     conn: AsyncConnection,
     *,
@@ -180,10 +307,31 @@ async def _derive_mentions(
     data: EntityData,
     may_link: Callable[[list[str]], Awaitable[list[str]]] | None,
 ) -> None:
-    targets = [t for t in links(data.content) if t != data.id]
-    if targets:
-        existing = await writes.existing_ids(conn, org_id=org_id, ids=targets)
-        targets = [t for t in targets if t in existing]
-    if targets and may_link is not None:
-        targets = await may_link(targets)
-    await writes.rederive_mentions(conn, org_id=org_id, src_id=data.id, dst_ids=targets)
+    targets, pending = await _split_links(conn, org_id=org_id, data=data, may_link=may_link)
+    if pending:
+        write_rules.note_pending(org_id, [data.id])
+    removed = await writes.rederive_mentions(
+        conn, org_id=org_id, src_id=data.id, dst_ids=targets, pending_ids=pending
+    )
+    if removed != set(targets):
+        await write_rules.retire_communities(
+            conn, org_id=org_id, ids=[data.id, *sorted(removed ^ set(targets))]
+        )
+
+
+async def _repair_links(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    data: EntityData,
+    may_link: Callable[[list[str]], Awaitable[list[str]]] | None,
+) -> bool:
+    """Re-derive the links of an unchanged memory when the stored ones disagree; True if so."""
+    if not links(data.content):
+        return False
+    mentions, pending = await writes.derived_state(conn, org_id=org_id, src_id=data.id)
+    targets, waiting = await _split_links(conn, org_id=org_id, data=data, may_link=may_link)
+    if (set(targets), set(waiting)) == (mentions, pending):
+        return False
+    await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
+    return True

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import read_tx, write_tx
 from app.core.errors import BadRequest, DomainError, Forbidden, Unauthorized, Unavailable
+from app.domain import write_rules
 from app.domain.reader import Reader
 from app.domain.validation import BAD_TEXT
 from app.repo.readers import reader_by_key
@@ -135,6 +136,17 @@ async def run_read(
         raise_fault(error)
 
 
+async def _settle(engine: AsyncEngine, unsettled: write_rules.Unsettled, reader: Reader) -> None:
+    """Settle the committed write's links (:func:`write_rules.settle`) in a transaction of its
+    own. The write is acknowledged whatever happens here: a fault leaves the links pending, and
+    the next write that creates their target or re-derives their source settles them."""
+    try:
+        async with write_tx(engine) as conn:
+            await write_rules.settle(conn, unsettled, reader_params=reader.params())
+    except FAULTS:
+        return
+
+
 async def run_write(
     engine: AsyncEngine,
     key: str | None,
@@ -150,9 +162,13 @@ async def run_write(
     :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``."""
     for attempt in range(1, WRITE_ATTEMPTS + 1):
         try:
-            async with write_tx(engine) as conn:
-                reader = await authenticate(conn, key, scope=scope)
-                return await verb(conn, reader)
+            with write_rules.settling() as unsettled:
+                async with write_tx(engine) as conn:
+                    reader = await authenticate(conn, key, scope=scope)
+                    result = await verb(conn, reader)
+                if unsettled:
+                    await _settle(engine, unsettled, reader)
+                return result
         except FAULTS as error:
             if not (isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in _RETRYABLE):
                 raise_fault(error)

@@ -1,16 +1,43 @@
-"""Bulk import of NDJSON records (contract §9): one object a line, idempotent by id, in batches.
+"""Bulk import of NDJSON records (contract §9): one object a line, idempotent by id.
 
-Each batch is one transaction: a bad line stops the import, is reported with its line number,
-and nothing of its batch is written (earlier batches stay committed; re-running the import after
-fixing the line is safe because every write is idempotent). Entities are cut into passages and
-their ``[[id]]`` links derived into mentions exactly as on a REST write.
+**All or nothing per file** (the default): the whole file is one transaction, written in batches
+of ``batch_size`` lines (the progress bar advances per batch). A bad line stops the import and is
+reported with its line number, the offending id and the reason; nothing of the file is written,
+and a re-run after fixing the line completes the import. With ``atomic=False`` (``sibyl-pg
+import --commit-batches``) each batch commits on its own and the error says exactly which lines
+were committed (``lines 1-6 were committed``); re-running is still safe, every write being
+idempotent.
+
+Every record goes through the write rules REST and MCP apply (:mod:`app.domain.write_rules`,
+:func:`app.domain.memories.save_entity`): reserved type and ids refused, SUPERSEDES cycles
+refused (the import writes as the operator: its cycle check walks every memory of the org), the
+superseded mark set by a SUPERSEDES edge, passages cut, ``[[id]]`` links derived, a link to a
+memory not (yet) there kept as a pending link and resolved when the memory arrives (later in the
+same file, or in a later import), communities touched retired. The summary reports how many links
+are still pending. A declarative re-import of a memory marked superseded by a SUPERSEDES edge
+keeps the mark (the edge is there), so a repeated import changes nothing.
+
+**Set-based, kind by kind.** A file (or a batch) is applied in the order org, user, project,
+member, entity, edge, mention, grant, so a record may refer to a row stated later in the file.
+New memories, their spans and links, edges, mentions and memberships are written a few thousand
+rows a statement (bound arrays, :mod:`app.repo.writes`), through the same rule functions as the
+one-at-a-time path; a memory already stored (or stated twice) goes through
+:func:`save_entity` like a REST edit. Every reference is checked before it is written, so an
+error names its line and the id it could not find (``edge dst 'pep_4242' does not exist in org
+'org_python'``).
+
+After a load of :data:`ANALYZE_AFTER` lines or more the touched tables are vacuumed and analyzed
+(``VACUUM (ANALYZE)``): the servers run without autovacuum, and a fresh visibility map lets the
+walk's index-only scans skip the heap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections import Counter
-from collections.abc import Iterable, Iterator
+import re
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,9 +48,17 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.errors import BadRequest
-from app.domain.memories import EntityData, save_entity
+from app.core.errors import BadRequest, DomainError
+from app.domain import write_rules
+from app.domain.memories import (
+    EntityData,
+    checked_cut,
+    create_entities,
+    save_entity,
+    unchanged,
+)
 from app.domain.validation import stored_relationship
+from app.repo import communities as community_repo
 from app.repo import writes
 
 IdStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
@@ -129,20 +164,35 @@ Record = Annotated[
     Field(discriminator="kind"),
 ]
 _RECORD = TypeAdapter(Record)
-ANALYZE_AFTER = 1000  # lines; a bulk import this large refreshes the planner's statistics
-ANALYZE_SQL = (
-    "/* sibyl:import.analyze */ ANALYZE entities, edges, mentions, passages, entity_grants, "
-    "project_members, projects, users"
+ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
+# For the import's transaction only: room to sort a large batch in memory.
+BULK_SETTINGS_SQL = "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true)"
+VACUUM_TIMEOUT_S = 600.0
+VACUUM_SQL = (
+    "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
+    "passages, entity_grants, project_members, projects, users, communities, community_members"
 )
 
 
 class ImportError_(Exception):
-    """A line that could not be imported: its number and a reason (no SQL, no stack)."""
+    """A line that could not be imported: its number and a reason naming the offending id (no
+    SQL, no stack); ``committed``: the last line of the last committed batch (non-atomic
+    imports only; None: nothing of the file was written)."""
 
     def __init__(self, line: int, reason: str) -> None:
         super().__init__(f"line {line}: {reason}")
         self.line = line
         self.reason = reason
+        self.committed: int | None = None
+
+    def outcome(self) -> str:
+        """What stays written, in words."""
+        if self.committed is None:
+            return "nothing of the file was written"
+        return (
+            f"lines 1-{self.committed} were committed; nothing from line "
+            f"{self.committed + 1} on was written"
+        )
 
 
 @dataclass
@@ -152,6 +202,8 @@ class ImportSummary:
     lines: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     relationships: Counter[str] = field(default_factory=Counter)
+    pending_links: int = 0  # links of the imported orgs still waiting for their target
+    orgs: set[str] = field(default_factory=set)
 
     def render(self) -> str:
         """A short human summary, one line per kind."""
@@ -166,7 +218,12 @@ class ImportSummary:
             parts.append(f"  {kind}: {detail}")
         rels = ", ".join(f"{n} {r}" for r, n in sorted(self.relationships.items()))
         return "\n".join(
-            [f"imported {self.lines} lines", *parts, f"  edge pairs: {rels or 'none'}"]
+            [
+                f"imported {self.lines} lines",
+                *parts,
+                f"  edge pairs: {rels or 'none'}",
+                f"  pending links: {self.pending_links} (a [[id]] whose memory is not there yet)",
+            ]
         )
 
 
@@ -177,6 +234,10 @@ def parse_line(line_no: int, raw: str) -> Record | None:
     """
     if not raw.strip():
         return None
+    try:  # the fast path: pydantic parses and validates in one go
+        return _RECORD.validate_json(raw)
+    except ValidationError:
+        pass  # the slow path below words the first problem
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -206,17 +267,23 @@ def from_dicts(records: Iterable[dict[str, Any]]) -> Iterator[tuple[int, Record]
             yield n, rec
 
 
-async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) -> str:
+async def _missing(conn: AsyncConnection, kind: str, org: str, ids: dict[str, str]) -> None:
+    """``BadRequest`` naming the first of ``ids`` (field → id) that is no memory of ``org``,
+    e.g. "edge dst 'pep_4242' does not exist in org 'org_python'"."""
+    found = await writes.existing_ids(conn, org_id=org, ids=list(ids.values()))
+    for where, id_ in ids.items():
+        if id_ not in found:
+            raise BadRequest(f"{kind} {where} '{id_}' does not exist in org '{org}'")
+
+
+def _entity_data(rec: EntityRec, lifecycle: str | None = None) -> EntityData:
+    """The memory a record states, with the import's defaults (§9); ``BadRequest`` when its
+    scope, project and owner do not agree."""
     scope = rec.scope or ("project" if rec.project else "private")
-    if scope == "org" and rec.project:
-        raise BadRequest("an org-scoped entity has no project")
-    if scope == "project" and not rec.project:
-        raise BadRequest("a project-scoped entity needs a project")
+    write_rules.check_scope(scope, rec.project)
     if scope == "private" and not rec.owner:
         raise BadRequest("a private entity needs an owner")
-    if rec.id.startswith("passage_"):
-        raise BadRequest("entity ids may not start with 'passage_' (reserved for passages)")
-    data = EntityData(
+    return EntityData(
         id=rec.id,
         type=rec.type,
         name=rec.name,
@@ -224,10 +291,20 @@ async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) ->
         scope=scope,
         project_id=rec.project,
         owner_id=rec.owner,
-        lifecycle=rec.lifecycle,
+        lifecycle=lifecycle or rec.lifecycle,
         metadata=rec.metadata,
         spans=[s.model_dump() for s in rec.spans] if rec.spans is not None else None,
     )
+
+
+async def _entity(conn: AsyncConnection, rec: EntityRec, evidence_lines: int) -> str:
+    """Write one memory the way REST does (:func:`save_entity`); the outcome word."""
+    lifecycle = rec.lifecycle
+    if lifecycle == "active" and await write_rules.keeps_superseded_mark(
+        conn, org_id=rec.org, entity_id=rec.id
+    ):
+        lifecycle = "superseded"
+    data = _entity_data(rec, lifecycle)
     outcome, _ = await save_entity(conn, org_id=rec.org, data=data, evidence_lines=evidence_lines)
     return outcome
 
@@ -260,31 +337,39 @@ async def _apply(conn: AsyncConnection, rec: Record, evidence_lines: int) -> str
             writes.MEMBER_EXISTS_SQL, {"project_id": rec.project, "user_id": rec.user}
         )
         if exists.first() is None:
-            raise BadRequest("unknown project or user, or they belong to different orgs")
+            raise BadRequest(
+                f"project '{rec.project}' or user '{rec.user}' does not exist, "
+                "or they belong to different orgs"
+            )
         return "unchanged"
     if isinstance(rec, EntityRec):
         return await _entity(conn, rec, evidence_lines)
     if isinstance(rec, EdgeRec):
+        relationship = stored_relationship(rec.relationship)
         if rec.src == rec.dst:
-            raise BadRequest("an edge may not point at its own source")
-        r = await conn.execute(
-            writes.INSERT_EDGE_SQL,
-            {
-                "org_id": rec.org,
-                "src_id": rec.src,
-                "relationship": stored_relationship(rec.relationship),
-                "dst_id": rec.dst,
-            },
+            raise BadRequest(write_rules.SELF_EDGE)
+        await _missing(conn, rec.kind, rec.org, {"src": rec.src, "dst": rec.dst})
+        result = await write_rules.write_edge(
+            conn,
+            org_id=rec.org,
+            src=rec.src,
+            relationship=relationship,
+            dst=rec.dst,
+            reader_params=None,
         )
-        return "written" if r.first() else "unchanged"
+        return "written" if result.created else "unchanged"
     if isinstance(rec, MentionRec):
         if rec.src == rec.dst:
             raise BadRequest("a mention may not point at its own source")
+        await _missing(conn, rec.kind, rec.org, {"src": rec.src, "dst": rec.dst})
         r = await conn.execute(
             writes.INSERT_MENTION_SQL,
             {"org_id": rec.org, "src_id": rec.src, "dst_id": rec.dst, "derived": False},
         )
-        return "written" if r.first() else "unchanged"
+        if r.first():
+            await write_rules.retire_communities(conn, org_id=rec.org, ids=[rec.src, rec.dst])
+            return "written"
+        return "unchanged"
     r = await conn.execute(writes.INSERT_GRANT_SQL, {"entity_id": rec.entity, "user_id": rec.user})
     if r.first():
         return "written"
@@ -292,7 +377,10 @@ async def _apply(conn: AsyncConnection, rec: Record, evidence_lines: int) -> str
         writes.GRANT_TARGET_SQL, {"entity_id": rec.entity, "user_id": rec.user}
     )
     if target.first() is None:
-        raise BadRequest("unknown entity or user, or they belong to different orgs")
+        raise BadRequest(
+            f"entity '{rec.entity}' or user '{rec.user}' does not exist, "
+            "or they belong to different orgs"
+        )
     return "unchanged"
 
 
@@ -304,11 +392,15 @@ async def import_records(
     batch_size: int = 500,
     evidence_lines: int = 40,
     show_progress: bool = False,
+    atomic: bool = True,
 ) -> ImportSummary:
-    """Write numbered records in batches of ``batch_size``, one transaction a batch.
+    """Write numbered records; return the summary.
 
-    Returns the summary. Raises ``ImportError_`` for the first bad line (its batch rolled back,
-    earlier batches committed); validation errors of later lines surface when they are reached.
+    ``atomic`` (default): the whole file in one transaction, applied kind by kind, so a bad line
+    leaves nothing written (``batch_size``: lines per step of the "reading" progress bar).
+    Otherwise one committed transaction per batch of ``batch_size`` lines. Raises
+    ``ImportError_`` for the first bad line (a validation error of a later line surfaces when it
+    is reached); its ``committed`` says which lines stay written (None: none).
     """
     summary = ImportSummary()
     progress = Progress(
@@ -319,55 +411,299 @@ async def import_records(
         disable=not show_progress,
         transient=False,
     )
+    committed: int | None = None  # last line of the last committed batch (non-atomic)
     with progress:
         task = progress.add_task("import", total=total)
-        batch: list[tuple[int, Record]] = []
-        iterator = iter(records)
-        while True:
-            batch.clear()
-            for item in iterator:
-                batch.append(item)
-                if len(batch) >= batch_size:
-                    break
-            if not batch:
-                break
-            await _write_batch(engine, batch, summary, evidence_lines)
-            progress.update(task, advance=len(batch))
+
+        def advance(n: int) -> None:
+            progress.update(task, advance=n)
+
+        try:
+            with write_rules.settling() as unsettled:
+                if atomic:
+                    async with engine.begin() as conn:
+                        await conn.execute(text(BULK_SETTINGS_SQL))
+                        reading = progress.add_task("reading", total=total)
+                        everything = []
+                        for item in records:
+                            everything.append(item)
+                            if len(everything) % batch_size == 0:
+                                progress.update(reading, advance=batch_size)
+                        progress.update(reading, completed=len(everything))
+                        await _write_batch(conn, everything, summary, evidence_lines, advance)
+                else:
+                    async for batch in _batches(records, batch_size):
+                        async with engine.begin() as conn:
+                            await conn.execute(text(BULK_SETTINGS_SQL))
+                            await _write_batch(conn, batch, summary, evidence_lines, advance)
+                        committed = batch[-1][0]
+                async with engine.begin() as conn:  # links a concurrent write left: settled now
+                    if unsettled:
+                        await write_rules.settle(conn, unsettled, reader_params=None)
+                    summary.pending_links = await writes.pending_count(
+                        conn, org_ids=sorted(summary.orgs)
+                    )
+        except ImportError_ as exc:
+            exc.committed = committed
+            raise
     if summary.lines >= ANALYZE_AFTER:
-        # Fresh statistics, so the planner picks the walk's indexes right after a bulk load.
-        async with engine.connect() as conn:
-            await conn.execute(text(ANALYZE_SQL))
-            await conn.commit()
+        await vacuum(engine)
     return summary
 
 
-async def _write_batch(
-    engine: AsyncEngine,
-    batch: list[tuple[int, Record]],
-    summary: ImportSummary,
-    evidence_lines: int,
-) -> None:
-    outcomes: Counter[str] = Counter()
-    rels: Counter[str] = Counter()
-    line = batch[0][0]
+async def vacuum(engine: AsyncEngine) -> None:
+    """``VACUUM (ANALYZE)`` the tables an import writes (outside any transaction): fresh
+    statistics for the planner and a fresh visibility map for index-only scans. Not bound by a
+    service engine's statement timeout (up to :data:`VACUUM_TIMEOUT_S`)."""
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        raw = (await auto.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.execute("SET statement_timeout = 0")
+        try:
+            await raw.execute(VACUUM_SQL, timeout=VACUUM_TIMEOUT_S)
+        finally:
+            await raw.execute("RESET statement_timeout")
+
+
+async def _batches(
+    records: Iterable[tuple[int, Record]], size: int
+) -> AsyncIterator[list[tuple[int, Record]]]:
+    batch: list[tuple[int, Record]] = []
+    for item in records:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+_FK_DETAIL = re.compile(
+    r'Key \((?P<cols>[^)]*)\)=\((?P<vals>[^)]*)\) is not present in table "(?P<t>\w+)"'
+)
+
+
+def _integrity_reason(exc: IntegrityError) -> str:
+    """A reason naming the missing row, from PostgreSQL's error detail (no SQL, no stack)."""
+    orig = exc.orig
+    cause = getattr(orig, "__cause__", None)
+    detail = str(getattr(orig, "detail", None) or getattr(cause, "detail", None) or "")
+    match = _FK_DETAIL.search(detail)
+    if match is not None:
+        pairs = dict(zip(match["cols"].split(", "), match["vals"].split(", "), strict=False))
+        table = match["t"]
+        what = {"orgs": "org", "users": "user", "projects": "project", "entities": "entity"}.get(
+            table, table
+        )
+        missing = [v for k, v in pairs.items() if k != "org_id"] or [pairs.get("org_id", "?")]
+        org = pairs.get("org_id")
+        where = f" in org '{org}'" if org and table != "orgs" else ""
+        return f"{what} '{missing[-1]}' does not exist{where}"
+    return (
+        "refers to an org, user, project or entity that does not exist, "
+        "or breaks a rule of the schema"
+    )
+
+
+KIND_ORDER = ("org", "user", "project", "member", "entity", "edge", "mention", "grant")
+Numbered = list[tuple[int, Record]]
+
+
+@contextlib.asynccontextmanager
+async def _at(line: int) -> AsyncIterator[None]:
+    """Report any refusal inside the block as an ``ImportError_`` of ``line``."""
     try:
-        async with engine.begin() as conn:
-            for number, rec in batch:
-                line = number
-                outcome = await _apply(conn, rec, evidence_lines)
-                outcomes[f"{rec.kind}:{outcome}"] += 1
-                if isinstance(rec, EdgeRec):
-                    rels[rec.relationship.upper()] += 1
-    except BadRequest as exc:
+        yield
+    except DomainError as exc:
         raise ImportError_(line, exc.detail) from None
-    except IntegrityError:
-        raise ImportError_(
-            line,
-            "refers to an org, user, project or entity that does not exist, "
-            "or breaks a rule of the schema",
-        ) from None
+    except IntegrityError as exc:
+        raise ImportError_(line, _integrity_reason(exc)) from None
     except DBAPIError:
         raise ImportError_(line, "the database refused this record") from None
+
+
+def _by_org(items: Numbered) -> dict[str, Numbered]:
+    out: dict[str, Numbered] = defaultdict(list)
+    for n, rec in items:
+        out[getattr(rec, "org", "")].append((n, rec))
+    return out
+
+
+async def _write_batch(
+    conn: AsyncConnection,
+    batch: Numbered,
+    summary: ImportSummary,
+    evidence_lines: int,
+    advance: Callable[[int], None] = lambda n: None,
+) -> None:
+    """Apply numbered records kind by kind (org, user, project, member, entity, edge, mention,
+    grant), so a record may refer to any row of the batch; memories, edges and mentions
+    set-based, the directory rows one by one."""
+    outcomes: Counter[str] = Counter()
+    rels: Counter[str] = Counter()
+    by_kind: dict[str, Numbered] = defaultdict(list)
+    for n, rec in batch:
+        by_kind[rec.kind].append((n, rec))
+    for kind in KIND_ORDER:
+        items = by_kind.get(kind, [])
+        if not items:
+            continue
+        if kind == "entity":
+            await _entities(conn, items, outcomes, evidence_lines)
+        elif kind == "edge":
+            await _edges(conn, items, outcomes, rels)
+        elif kind == "mention":
+            await _mentions(conn, items, outcomes)
+        elif kind == "member":
+            await _members(conn, items, outcomes)
+        else:
+            for n, rec in items:
+                async with _at(n):
+                    outcomes[f"{kind}:{await _apply(conn, rec, evidence_lines)}"] += 1
+        advance(len(items))
     summary.lines += len(batch)
     summary.outcomes.update(outcomes)
     summary.relationships.update(rels)
+    summary.orgs.update(o for n, rec in batch if (o := getattr(rec, "org", None)) is not None)
+
+
+async def _entities(
+    conn: AsyncConnection, items: Numbered, outcomes: Counter[str], evidence_lines: int
+) -> None:
+    """New memories set-based (:func:`create_entities`); a memory already stored, or stated a
+    second time, one by one through :func:`save_entity` after them."""
+    for org, recs in _by_org(items).items():
+        prepared = []
+        for n, rec in recs:
+            assert isinstance(rec, EntityRec)
+            async with _at(n):
+                data = _entity_data(rec)
+                prepared.append((n, rec, data, checked_cut(data, evidence_lines=evidence_lines)))
+        first = recs[0][0]
+        if not await writes.org_exists(conn, org_id=org):
+            raise ImportError_(first, f"org '{org}' does not exist")
+        refs = [(n, "user", d.owner_id) for n, _, d, _ in prepared if d.owner_id is not None]
+        refs += [(n, "project", d.project_id) for n, _, d, _ in prepared if d.project_id]
+        missing = await writes.first_missing_ref(conn, org_id=org, refs=refs)
+        if missing is not None:
+            line, kind, id_ = missing
+            raise ImportError_(line, f"{kind} '{id_}' does not exist in org '{org}'")
+        stored = await writes.existing_ids(conn, org_id=org, ids=[d.id for _, _, d, _ in prepared])
+        seen: set[str] = set()
+        new, later = [], []
+        for n, rec, data, projection in prepared:
+            if data.id in stored or data.id in seen:
+                later.append((n, rec))
+            else:
+                seen.add(data.id)
+                new.append((data, projection))
+        async with _at(first):
+            await create_entities(conn, org_id=org, items=new)
+        outcomes["entity:created"] += len(new)
+        # stored ones stated once, without declared spans: the unchanged found set-based
+        counts = Counter(rec.id for _, rec in later if isinstance(rec, EntityRec))
+        once = [
+            data
+            for _, rec, data, _ in prepared
+            if data.id in stored and counts[data.id] == 1 and data.spans is None
+        ]
+        same, _ = await unchanged(conn, org_id=org, items=once, keep_mark=True)
+        outcomes["entity:unchanged"] += len(same)
+        for n, rec in later:
+            assert isinstance(rec, EntityRec)
+            if rec.id in same:
+                continue
+            async with _at(n):
+                outcomes[f"entity:{await _entity(conn, rec, evidence_lines)}"] += 1
+
+
+async def _edges(
+    conn: AsyncConnection, items: Numbered, outcomes: Counter[str], rels: Counter[str]
+) -> None:
+    """Edges set-based through :func:`write_rules.write_edges`; when the SUPERSEDES ones close
+    a cycle, they are written one by one (:func:`write_rules.write_edge`) to name the line."""
+    for org, recs in _by_org(items).items():
+        edges: list[tuple[int, str, str, str]] = []
+        for n, rec in recs:
+            assert isinstance(rec, EdgeRec)
+            async with _at(n):
+                relationship = stored_relationship(rec.relationship)
+                if rec.src == rec.dst:
+                    raise BadRequest(write_rules.SELF_EDGE)
+            edges.append((n, rec.src, relationship, rec.dst))
+            rels[rec.relationship.upper()] += 1
+        refs = [(n, f, i) for n, s, _, d in edges for f, i in (("src", s), ("dst", d))]
+        missing = await writes.first_missing(conn, org_id=org, refs=refs)
+        if missing is not None:
+            line, where, id_ = missing
+            raise ImportError_(line, f"edge {where} '{id_}' does not exist in org '{org}'")
+        plain = [(s, r, d) for _, s, r, d in edges if r != "SUPERSEDES"]
+        async with _at(edges[0][0]):
+            written = len(await write_rules.write_edges(conn, org_id=org, edges=plain))
+        supersedes = [e for e in edges if e[2] == "SUPERSEDES"]
+        try:
+            async with _at(supersedes[0][0] if supersedes else 0):
+                written += len(
+                    await write_rules.write_edges(
+                        conn, org_id=org, edges=[(s, r, d) for _, s, r, d in supersedes]
+                    )
+                )
+        except write_rules.CycleInBulk:
+            for n, s, r, d in supersedes:
+                async with _at(n):
+                    result = await write_rules.write_edge(
+                        conn, org_id=org, src=s, relationship=r, dst=d, reader_params=None
+                    )
+                    written += result.created
+        outcomes["edge:written"] += written
+        outcomes["edge:unchanged"] += len(edges) - written
+
+
+async def _members(conn: AsyncConnection, items: Numbered, outcomes: Counter[str]) -> None:
+    """Memberships set-based (a pair stated twice: the last line wins)."""
+    rows = []
+    for n, rec in items:
+        assert isinstance(rec, MemberRec)
+        rows.append((n, rec.project, rec.user, rec.role))
+    missing = await writes.first_missing_member(conn, members=[(n, p, u) for n, p, u, _ in rows])
+    if missing is not None:
+        line, project, user = missing
+        raise ImportError_(
+            line,
+            f"project '{project}' or user '{user}' does not exist, "
+            "or they belong to different orgs",
+        )
+    last = {(p, u): r for _, p, u, r in rows}
+    async with _at(rows[0][0]):
+        written = await writes.upsert_members(
+            conn, members=[(p, u, r) for (p, u), r in last.items()]
+        )
+    outcomes["member:written"] += written
+    outcomes["member:unchanged"] += len(rows) - written
+
+
+async def _mentions(conn: AsyncConnection, items: Numbered, outcomes: Counter[str]) -> None:
+    """Explicit mentions set-based; the communities of their ends retired."""
+    for org, recs in _by_org(items).items():
+        pairs: list[tuple[int, str, str]] = []
+        for n, rec in recs:
+            assert isinstance(rec, MentionRec)
+            if rec.src == rec.dst:
+                raise ImportError_(n, "a mention may not point at its own source")
+            pairs.append((n, rec.src, rec.dst))
+        refs = [(n, f, i) for n, s, d in pairs for f, i in (("src", s), ("dst", d))]
+        missing = await writes.first_missing(conn, org_id=org, refs=refs)
+        if missing is not None:
+            line, where, id_ = missing
+            raise ImportError_(line, f"mention {where} '{id_}' does not exist in org '{org}'")
+        async with _at(pairs[0][0]):
+            written = await writes.insert_mentions(
+                conn, org_id=org, pairs=[(s, d) for _, s, d in pairs]
+            )
+            if written and await community_repo.has_communities(conn, org_id=org):
+                await write_rules.retire_communities(
+                    conn, org_id=org, ids=sorted({i for p in written for i in p})
+                )
+        outcomes["mention:written"] += len(written)
+        outcomes["mention:unchanged"] += len(pairs) - len(written)

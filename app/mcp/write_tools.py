@@ -46,16 +46,18 @@ LINK_ANNOTATIONS = ToolAnnotations(
 REMEMBER = """Save a memory, or edit one you hold the id of. Needs a key with the `write` scope.
 
 To create, omit `entity_id` and give `type` (a lower-case word: note, decision, task, \
-observation...) and `name`; the memory is yours, and its id comes back in `id` (cite it). \
-`project` puts it in a project where you are a contributor or more (`scope` defaults to \
-`project` then, else `private`: only you and those you share it with read it); `scope: "org"` \
-makes it readable by the whole org. To edit, pass `entity_id` and only the fields to change \
-(`metadata` is replaced whole); pass `if_match_revision` (the `revision` you last read) to be \
-refused, with nothing changed, if someone changed it since.
+observation...) and `name`; the memory is yours, and its id comes back in `id` (cite it; \
+pass `id` to choose it). `project` puts it in a project where you are a contributor or more \
+(`scope` defaults to `project` then, else `private`: only you and those you share it with read \
+it); `scope: "org"` makes it readable by the whole org. To edit, pass `entity_id` and only the \
+fields to change (`metadata` is replaced whole); pass `if_match_revision` (the `revision` you \
+last read) to be refused, with nothing changed, if someone changed it since. Only its owner may \
+make a memory `private`.
 
-Write `[[entity_id]]` in `content` to link a memory you can read (it becomes a mention). A body \
-over 2000 characters is cut into spans (passages) readable with `fetch_slice`; editing the body \
-re-cuts it, and old span ids stop resolving. Mark a memory `superseded` or `retired` with \
+Write `[[entity_id]]` in `content` to link a memory you can read (it becomes a mention; a link \
+to a memory not there yet becomes one when it is created). A body over 2000 characters is cut \
+into spans (passages) readable with `fetch_slice`; editing the body re-cuts it, and old span ids \
+stop resolving. Mark a memory `superseded` or `retired` with \
 `lifecycle`. "Entity not found" means absent or not visible to you."""
 
 LINK = """Write a typed edge `src -relationship-> dst` between two memories. Needs a key with the \
@@ -95,6 +97,13 @@ def write_tools(surface: Surface) -> list[Tool]:
             StrictStr | None,
             Field(description="The memory to edit; omit to create a new one."),
         ] = None,
+        id: Annotated[
+            StrictStr | None,
+            Field(
+                description="On create only: the new memory's id ([A-Za-z0-9_.:-]{1,128}); "
+                "omit to have one minted. Taken in the org: refused."
+            ),
+        ] = None,
         type: Annotated[StrictStr | None, _about(EntityCreate, "type")] = None,
         name: Annotated[StrictStr | None, _about(EntityCreate, "name")] = None,
         content: Annotated[StrictStr | None, _about(EntityCreate, "content")] = None,
@@ -130,8 +139,10 @@ def write_tools(surface: Surface) -> list[Tool]:
                 if type is None or name is None:
                     raise BadRequest("type and name are required to create a memory")
                 return await verbs.create_entity(
-                    conn, reader, EntityCreate(**given), evidence_lines=evidence_lines
+                    conn, reader, EntityCreate(id=id, **given), evidence_lines=evidence_lines
                 )
+            if id is not None:
+                raise BadRequest("id names a new memory; to edit one, pass entity_id only")
             return await verbs.update_entity(
                 conn,
                 reader,

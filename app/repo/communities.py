@@ -64,6 +64,20 @@ FROM unnest(CAST(:community_ids AS text[]), CAST(:entity_ids AS text[]))
      AS m(community_id, entity_id)"""
 )
 
+# A write made these communities stale (contract §9): they go, members with them (cascade).
+RETIRE_SQL = text(
+    """/* sibyl:communities.retire */
+DELETE FROM communities c
+WHERE c.org_id = :org
+  AND c.id IN (SELECT m.community_id FROM community_members m
+               WHERE m.org_id = :org AND m.entity_id = ANY(CAST(:ids AS text[])))"""
+)
+
+HAS_COMMUNITIES_SQL = text(
+    """/* sibyl:communities.any */
+SELECT EXISTS (SELECT 1 FROM communities WHERE org_id = :org)"""
+)
+
 ORG_IDS_SQL = text(
     """/* sibyl:communities.orgs */
 SELECT id FROM orgs ORDER BY id"""
@@ -137,3 +151,15 @@ async def replace_communities(
 async def org_ids(conn: AsyncConnection) -> list[str]:
     """Every org id, in id order."""
     return [r.id for r in await conn.execute(ORG_IDS_SQL)]
+
+
+async def retire(conn: AsyncConnection, *, org_id: str, entity_ids: Sequence[str]) -> int:
+    """Delete every community of ``org_id`` with a member among ``entity_ids`` (their
+    memberships go with them); return how many were deleted."""
+    result = await conn.execute(RETIRE_SQL, {"org": org_id, "ids": list(entity_ids)})
+    return int(result.rowcount or 0)
+
+
+async def has_communities(conn: AsyncConnection, *, org_id: str) -> bool:
+    """True when ``org_id`` has any community (a bulk write skips retiring otherwise)."""
+    return bool((await conn.execute(HAS_COMMUNITIES_SQL, {"org": org_id})).scalar())

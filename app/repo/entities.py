@@ -72,6 +72,30 @@ WITH RECURSIVE reach(id) AS (
 SELECT EXISTS (SELECT 1 FROM reach WHERE id = :src_id)"""
 )
 
+# The same walk through the memories the writer can read only (contract §9: a write check never
+# reveals a hidden memory): a SUPERSEDES path through a memory the writer cannot read is no path.
+READABLE_SUPERSEDES_PATH_SQL = text(
+    f"""/* sibyl:edge.supersedes_path_readable */
+WITH RECURSIVE reach(id) AS (
+    SELECT CAST(:dst_id AS text) COLLATE "C"
+  UNION
+    SELECT e.dst_id
+    FROM reach r
+    JOIN edges e ON e.org_id = :r_org AND e.src_id = r.id AND e.relationship = 'SUPERSEDES'
+    JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
+    WHERE {readable("t")}
+)
+SELECT EXISTS (SELECT 1 FROM reach WHERE id = :src_id)"""
+)
+
+MARKED_SQL = text(
+    """/* sibyl:entity.marked_by_supersedes */
+SELECT EXISTS (SELECT 1 FROM entities t
+               WHERE t.org_id = :org_id AND t.id = :id AND t.lifecycle = 'superseded')
+   AND EXISTS (SELECT 1 FROM edges e
+               WHERE e.org_id = :org_id AND e.dst_id = :id AND e.relationship = 'SUPERSEDES')"""
+)
+
 MARK_SUPERSEDED_SQL = text(
     """/* sibyl:entity.mark_superseded */
 UPDATE entities SET lifecycle = 'superseded', revision = revision + 1, updated_at = now()
@@ -158,9 +182,22 @@ async def lock_supersedes(conn: AsyncConnection, *, org_id: str) -> None:
 
 async def supersedes_path(conn: AsyncConnection, *, org_id: str, src_id: str, dst_id: str) -> bool:
     """True when ``dst`` already reaches ``src`` through SUPERSEDES edges (so ``src
-    -SUPERSEDES-> dst`` would close a cycle). Reads every edge of the org, readable or not."""
+    -SUPERSEDES-> dst`` would close a cycle). Reads every edge of the org, readable or not:
+    the import's check (it writes as the operator); REST and MCP use
+    :func:`readable_supersedes_path`."""
     result = await conn.execute(
         SUPERSEDES_PATH_SQL, {"org_id": org_id, "src_id": src_id, "dst_id": dst_id}
+    )
+    return bool(result.scalar())
+
+
+async def readable_supersedes_path(
+    conn: AsyncConnection, *, reader_params: dict[str, object], src_id: str, dst_id: str
+) -> bool:
+    """True when ``dst`` reaches ``src`` through SUPERSEDES edges whose every memory the reader
+    (``reader_params``) can read; a path through a hidden memory does not count."""
+    result = await conn.execute(
+        READABLE_SUPERSEDES_PATH_SQL, {**reader_params, "src_id": src_id, "dst_id": dst_id}
     )
     return bool(result.scalar())
 
@@ -169,3 +206,64 @@ async def mark_superseded(conn: AsyncConnection, *, org_id: str, entity_id: str)
     """Set an ``active`` memory's lifecycle to ``superseded`` (revision + 1); return the new
     revision, or None when it was not active (superseded or retired: left as it is)."""
     return (await conn.execute(MARK_SUPERSEDED_SQL, {"org_id": org_id, "id": entity_id})).scalar()
+
+
+async def marked_by_supersedes(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
+    """True when ``entity_id`` is superseded and the target of a SUPERSEDES edge."""
+    return bool((await conn.execute(MARKED_SQL, {"org_id": org_id, "id": entity_id})).scalar())
+
+
+# Bulk form of the cycle check (the import): would any of the new SUPERSEDES edges (already
+# inserted) lie on a cycle? Only if its target reaches its source.
+SUPERSEDES_CYCLE_MANY_SQL = text(
+    """/* sibyl:edge.supersedes_cycle_many */
+WITH RECURSIVE reach(start_id, id) AS (
+    SELECT n.src_id COLLATE "C", n.dst_id COLLATE "C"
+    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS n(src_id, dst_id)
+  UNION
+    SELECT r.start_id, e.dst_id
+    FROM reach r
+    JOIN edges e ON e.org_id = :org_id AND e.src_id = r.id AND e.relationship = 'SUPERSEDES'
+)
+SELECT EXISTS (SELECT 1 FROM reach WHERE id = start_id)"""
+)
+
+MARK_SUPERSEDED_MANY_SQL = text(
+    """/* sibyl:entity.mark_superseded_many */
+UPDATE entities SET lifecycle = 'superseded', revision = revision + 1, updated_at = now()
+WHERE org_id = :org_id AND id = ANY(CAST(:ids AS text[])) AND lifecycle = 'active'
+RETURNING id"""
+)
+
+RESTAMP_MANY_SQL = text(
+    """/* sibyl:entity.restamp_many */
+UPDATE passages p SET parent_revision = e.revision
+FROM entities e
+WHERE p.org_id = :org_id AND p.parent_id = ANY(CAST(:ids AS text[]))
+  AND e.org_id = p.org_id AND e.id = p.parent_id"""
+)
+
+
+async def supersedes_cycle_many(
+    conn: AsyncConnection, *, org_id: str, edges: list[tuple[str, str]]
+) -> bool:
+    """True when a stored SUPERSEDES path leads from some ``dst`` back to its ``src``."""
+    if not edges:
+        return False
+    result = await conn.execute(
+        SUPERSEDES_CYCLE_MANY_SQL,
+        {"org_id": org_id, "srcs": [s for s, _ in edges], "dsts": [d for _, d in edges]},
+    )
+    return bool(result.scalar())
+
+
+async def mark_superseded_many(conn: AsyncConnection, *, org_id: str, ids: list[str]) -> list[str]:
+    """:func:`mark_superseded` for many memories, their spans restamped; return those marked."""
+    if not ids:
+        return []
+    marked = [
+        r.id for r in await conn.execute(MARK_SUPERSEDED_MANY_SQL, {"org_id": org_id, "ids": ids})
+    ]
+    if marked:
+        await conn.execute(RESTAMP_MANY_SQL, {"org_id": org_id, "ids": marked})
+    return marked

@@ -348,3 +348,21 @@ class CommunityMember(Base):
         ),
         Index("ix_community_members_entity", "org_id", "entity_id", "community_id", unique=True),
     )
+
+
+class PendingLink(Base):
+    """A ``[[dst]]`` link of ``src``'s content whose target did not exist (or was not readable
+    by the writer) when ``src`` was written (contract §9, issue 13). It becomes a derived
+    mention the moment a memory ``dst`` is created in the org (same import, later import, REST,
+    MCP), and is re-derived with ``src``'s mentions on every body edit."""
+
+    __tablename__ = "pending_links"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    src_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    dst_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "src_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
+        ),
+        Index("ix_pending_links_target", "org_id", "dst_id", "src_id", unique=True),
+    )

@@ -4,12 +4,14 @@ edges and mentions. Each is idempotent by id (an identical repeated write change
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repo.readrule import readable
 
 UPSERT_ORG_SQL = text(
     """/* sibyl:write.org */
@@ -120,7 +122,45 @@ RETURNING src_id"""
 
 DELETE_DERIVED_MENTIONS_SQL = text(
     """/* sibyl:write.mentions_underive */
-DELETE FROM mentions WHERE org_id = :org_id AND src_id = :src_id AND derived"""
+DELETE FROM mentions WHERE org_id = :org_id AND src_id = :src_id AND derived
+RETURNING dst_id"""
+)
+
+DELETE_PENDING_SQL = text(
+    """/* sibyl:write.pending_delete */
+DELETE FROM pending_links WHERE org_id = :org_id AND src_id = :src_id"""
+)
+
+INSERT_PENDING_SQL = text(
+    """/* sibyl:write.pending_insert */
+INSERT INTO pending_links (org_id, src_id, dst_id)
+SELECT :org_id, :src_id, d FROM unnest(CAST(:dst_ids AS text[])) AS d
+ON CONFLICT DO NOTHING"""
+)
+
+# A memory was created: every link waiting for it becomes a derived mention (contract §9).
+RESOLVE_PENDING_SQL = text(
+    """/* sibyl:write.pending_resolve */
+WITH resolved AS (
+    DELETE FROM pending_links WHERE org_id = :org_id AND dst_id = :id RETURNING src_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :org_id, r.src_id, :id, true FROM resolved r WHERE r.src_id <> :id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id"""
+)
+
+DERIVED_STATE_SQL = text(
+    """/* sibyl:write.derived_state */
+SELECT dst_id, true AS mention FROM mentions
+WHERE org_id = :org_id AND src_id = :src_id AND derived
+UNION ALL
+SELECT dst_id, false AS mention FROM pending_links WHERE org_id = :org_id AND src_id = :src_id"""
+)
+
+PENDING_COUNT_SQL = text(
+    """/* sibyl:write.pending_count */
+SELECT count(*) FROM pending_links WHERE org_id = ANY(CAST(:org_ids AS text[]))"""
 )
 
 EXISTING_IDS_SQL = text(
@@ -241,15 +281,55 @@ async def existing_ids(conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
 
 
 async def rederive_mentions(
-    conn: AsyncConnection, *, org_id: str, src_id: str, dst_ids: Sequence[str]
-) -> None:
-    """Replace the mentions derived from ``src_id``'s links by ``src_id → dst_ids``."""
-    await conn.execute(DELETE_DERIVED_MENTIONS_SQL, {"org_id": org_id, "src_id": src_id})
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    src_id: str,
+    dst_ids: Sequence[str],
+    pending_ids: Sequence[str] = (),
+) -> set[str]:
+    """Replace the mentions derived from ``src_id``'s links by ``src_id → dst_ids`` and its
+    pending links by ``src_id → pending_ids``; return the targets of the mentions removed."""
+    old = await conn.execute(DELETE_DERIVED_MENTIONS_SQL, {"org_id": org_id, "src_id": src_id})
+    removed = {r.dst_id for r in old}
+    await conn.execute(DELETE_PENDING_SQL, {"org_id": org_id, "src_id": src_id})
     if dst_ids:
         await conn.execute(
             INSERT_MENTION_SQL,
             [{"org_id": org_id, "src_id": src_id, "dst_id": d, "derived": True} for d in dst_ids],
         )
+    if pending_ids:
+        await conn.execute(
+            INSERT_PENDING_SQL,
+            {"org_id": org_id, "src_id": src_id, "dst_ids": list(pending_ids)},
+        )
+    return removed
+
+
+async def resolve_pending(conn: AsyncConnection, *, org_id: str, entity_id: str) -> list[str]:
+    """Turn every pending link to the new memory ``entity_id`` into a derived mention; return
+    the sources that gained one."""
+    rows = await conn.execute(RESOLVE_PENDING_SQL, {"org_id": org_id, "id": entity_id})
+    return [r.src_id for r in rows]
+
+
+async def derived_state(
+    conn: AsyncConnection, *, org_id: str, src_id: str
+) -> tuple[set[str], set[str]]:
+    """(targets of ``src_id``'s derived mentions, targets of its pending links)."""
+    rows = await conn.execute(DERIVED_STATE_SQL, {"org_id": org_id, "src_id": src_id})
+    mentions: set[str] = set()
+    pending: set[str] = set()
+    for r in rows:
+        (mentions if r.mention else pending).add(r.dst_id)
+    return mentions, pending
+
+
+async def pending_count(conn: AsyncConnection, *, org_ids: Sequence[str]) -> int:
+    """How many links of the orgs ``org_ids`` still wait for their target."""
+    if not org_ids:
+        return 0
+    return int((await conn.execute(PENDING_COUNT_SQL, {"org_ids": list(org_ids)})).scalar() or 0)
 
 
 STORED_CUT_SQL = text(
@@ -289,3 +369,469 @@ MEMBER_EXISTS_SQL = text(
 SELECT 1 FROM project_members m JOIN users u ON u.org_id = m.org_id AND u.id = m.user_id
 WHERE m.project_id = :project_id AND m.user_id = :user_id"""
 )
+
+
+# ---- set-based statements of the bulk import (the same rows the one-at-a-time path writes) ----
+
+INSERT_ENTITIES_SQL = text(
+    """/* sibyl:import.entities */
+INSERT INTO entities (org_id, id, type, name, content, project_id, scope, owner_id, lifecycle,
+                      metadata, revision, passage_kind, passage_total, passages_lossless)
+SELECT :org_id, r.id, r.type, r.name, r.content, r.project_id, r.scope, r.owner_id, r.lifecycle,
+       CAST(r.metadata AS jsonb), 1, r.kind, r.total, r.lossless
+FROM unnest(CAST(:ids AS text[]), CAST(:types AS text[]), CAST(:names AS text[]),
+            CAST(:contents AS text[]), CAST(:projects AS text[]), CAST(:scopes AS text[]),
+            CAST(:owners AS text[]), CAST(:lifecycles AS text[]), CAST(:metadata AS text[]),
+            CAST(:kinds AS text[]), CAST(:totals AS integer[]), CAST(:lossless AS boolean[]))
+     AS r(id, type, name, content, project_id, scope, owner_id, lifecycle, metadata, kind, total,
+          lossless)"""
+)
+
+INSERT_PASSAGES_SQL = text(
+    """/* sibyl:import.passages */
+INSERT INTO passages (org_id, id, parent_id, parent_revision, passage_index, start_offset,
+                      end_offset, breadcrumb, content)
+SELECT :org_id, p.id, p.parent_id, p.revision, p.idx, p.start_offset, p.end_offset,
+       p.breadcrumb, p.content
+FROM unnest(CAST(:ids AS text[]), CAST(:parents AS text[]), CAST(:revisions AS integer[]),
+            CAST(:indexes AS integer[]), CAST(:starts AS integer[]), CAST(:ends AS integer[]),
+            CAST(:breadcrumbs AS text[]), CAST(:contents AS text[]))
+     AS p(id, parent_id, revision, idx, start_offset, end_offset, breadcrumb, content)"""
+)
+
+RESOLVE_PENDING_MANY_SQL = text(
+    """/* sibyl:import.pending_resolve */
+WITH resolved AS (
+    DELETE FROM pending_links
+    WHERE org_id = :org_id AND dst_id = ANY(CAST(:ids AS text[]))
+    RETURNING src_id, dst_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :org_id, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id"""
+)
+
+# Links of new memories: a mention where the target exists, a pending link where it does not.
+DERIVE_LINKS_SQL = text(
+    """/* sibyl:import.links */
+WITH l AS (
+    SELECT l.src_id, l.dst_id,
+           EXISTS (SELECT 1 FROM entities e WHERE e.org_id = :org_id AND e.id = l.dst_id) AS found
+    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS l(src_id, dst_id)
+), mentioned AS (
+    INSERT INTO mentions (org_id, src_id, dst_id, derived)
+    SELECT :org_id, l.src_id, l.dst_id, true FROM l WHERE l.found
+    ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+)
+INSERT INTO pending_links (org_id, src_id, dst_id)
+SELECT :org_id, l.src_id, l.dst_id FROM l WHERE NOT l.found
+ON CONFLICT DO NOTHING"""
+)
+
+# The first (by line) of numbered ids that is no memory of the org.
+FIRST_MISSING_SQL = text(
+    """/* sibyl:import.first_missing */
+SELECT x.line, x.field, x.id
+FROM unnest(CAST(:lines AS integer[]), CAST(:fields AS text[]), CAST(:ids AS text[]))
+     AS x(line, field, id)
+WHERE NOT EXISTS (SELECT 1 FROM entities e WHERE e.org_id = :org_id AND e.id = x.id)
+ORDER BY x.line, x.field DESC
+LIMIT 1"""
+)
+
+# The first (by line) numbered (table, id) reference that names no user/project of the org.
+FIRST_MISSING_REF_SQL = text(
+    """/* sibyl:import.first_missing_ref */
+SELECT x.line, x.kind, x.id
+FROM unnest(CAST(:lines AS integer[]), CAST(:kinds AS text[]), CAST(:ids AS text[]))
+     AS x(line, kind, id)
+WHERE NOT EXISTS (SELECT 1 FROM orgs o WHERE o.id = :org_id)
+   OR (x.kind = 'user'
+       AND NOT EXISTS (SELECT 1 FROM users u WHERE u.org_id = :org_id AND u.id = x.id))
+   OR (x.kind = 'project'
+       AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.org_id = :org_id AND p.id = x.id))
+ORDER BY x.line
+LIMIT 1"""
+)
+
+ORG_EXISTS_SQL = text(
+    """/* sibyl:import.org_exists */
+SELECT EXISTS (SELECT 1 FROM orgs WHERE id = :org_id)"""
+)
+
+INSERT_EDGES_SQL = text(
+    """/* sibyl:import.edges */
+INSERT INTO edges (org_id, src_id, relationship, dst_id)
+SELECT :org_id, x.src_id, x.relationship, x.dst_id
+FROM unnest(CAST(:srcs AS text[]), CAST(:rels AS text[]), CAST(:dsts AS text[]))
+     AS x(src_id, relationship, dst_id)
+ON CONFLICT DO NOTHING
+RETURNING src_id, relationship, dst_id"""
+)
+
+INSERT_MENTIONS_SQL = text(
+    """/* sibyl:import.mentions */
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT DISTINCT :org_id, x.src_id, x.dst_id, false
+FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS x(src_id, dst_id)
+ON CONFLICT (org_id, src_id, dst_id) DO UPDATE SET derived = false
+WHERE mentions.derived
+RETURNING src_id, dst_id"""
+)
+
+
+T = TypeVar("T")
+# Rows per statement of the bulk import: each statement stays well under a second even on a busy
+# server (a service engine's statement timeout applies to the import too), and a few hundred
+# statements carry a 357k-line file.
+ENTITY_ROWS = 2_000
+PASSAGE_ROWS = 500
+LINK_ROWS = 5_000
+
+
+TEXT_CHARS = 250_000  # characters of text a statement indexes at most (full-text work)
+
+
+def parts(
+    rows: Sequence[T], size: int, weight: Callable[[T], int] | None = None
+) -> Iterator[Sequence[T]]:
+    """``rows`` in consecutive slices of at most ``size`` rows and, with ``weight``, at most
+    :data:`TEXT_CHARS` of total weight (a single heavier row goes alone)."""
+    start = 0
+    while start < len(rows):
+        end, total = start, 0
+        while end < len(rows) and end - start < size:
+            total += weight(rows[end]) if weight is not None else 0
+            if end > start and total > TEXT_CHARS:
+                break
+            end += 1
+        yield rows[start:end]
+        start = end
+
+
+async def insert_entities(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    rows: Sequence[tuple[dict[str, Any], Any]],
+) -> None:
+    """Insert new entities at revision 1; ``rows``: (fields as for :func:`insert_entity`, their
+    projection or None). :data:`ENTITY_ROWS` a statement."""
+    for part in parts(rows, ENTITY_ROWS, lambda r: min(len(r[0]["content"]), 100_000)):
+        await conn.execute(
+            INSERT_ENTITIES_SQL,
+            {
+                "org_id": org_id,
+                "ids": [f["id"] for f, _ in part],
+                "types": [f["type"] for f, _ in part],
+                "names": [f["name"] for f, _ in part],
+                "contents": [f["content"] for f, _ in part],
+                "projects": [f["project_id"] for f, _ in part],
+                "scopes": [f["scope"] for f, _ in part],
+                "owners": [f["owner_id"] for f, _ in part],
+                "lifecycles": [f["lifecycle"] for f, _ in part],
+                "metadata": [json.dumps(f["metadata"]) for f, _ in part],
+                "kinds": [p.kind if p is not None else None for _, p in part],
+                "totals": [len(p.spans) if p is not None else 0 for _, p in part],
+                "lossless": [bool(p.lossless) if p is not None else False for _, p in part],
+            },
+        )
+
+
+async def insert_passages(
+    conn: AsyncConnection, *, org_id: str, rows: Sequence[tuple[str, int, PassageRow]]
+) -> None:
+    """Insert spans of new entities; ``rows``: (parent id, parent revision, span)."""
+    for part in parts(rows, PASSAGE_ROWS, lambda r: len(r[2].content)):
+        await conn.execute(
+            INSERT_PASSAGES_SQL,
+            {
+                "org_id": org_id,
+                "ids": [p.id for _, _, p in part],
+                "parents": [parent for parent, _, _ in part],
+                "revisions": [rev for _, rev, _ in part],
+                "indexes": [p.passage_index for _, _, p in part],
+                "starts": [p.start_offset for _, _, p in part],
+                "ends": [p.end_offset for _, _, p in part],
+                "breadcrumbs": [p.breadcrumb for _, _, p in part],
+                "contents": [p.content for _, _, p in part],
+            },
+        )
+
+
+async def resolve_pending_many(
+    conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
+) -> list[str]:
+    """:func:`resolve_pending` for many new memories at once; the sources that gained one."""
+    gained: list[str] = []
+    for part in parts(ids, LINK_ROWS):
+        rows = await conn.execute(RESOLVE_PENDING_MANY_SQL, {"org_id": org_id, "ids": list(part)})
+        gained += [r.src_id for r in rows]
+    return gained
+
+
+async def derive_links(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> None:
+    """Store the ``[[dst]]`` links of new memories ``(src, dst)``: mentions where ``dst``
+    exists, pending links otherwise."""
+    for part in parts(pairs, LINK_ROWS):
+        await conn.execute(
+            DERIVE_LINKS_SQL,
+            {"org_id": org_id, "srcs": [s for s, _ in part], "dsts": [d for _, d in part]},
+        )
+
+
+async def first_missing(
+    conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
+) -> tuple[int, str, str] | None:
+    """The first (line, field, id) of ``refs`` (in line order) whose id is no memory of
+    ``org_id``, or None."""
+    for part in parts(refs, 4 * LINK_ROWS):
+        row = (
+            await conn.execute(
+                FIRST_MISSING_SQL,
+                {
+                    "org_id": org_id,
+                    "lines": [r[0] for r in part],
+                    "fields": [r[1] for r in part],
+                    "ids": [r[2] for r in part],
+                },
+            )
+        ).first()
+        if row is not None:
+            return (row.line, row.field, row.id)
+    return None
+
+
+async def first_missing_ref(
+    conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
+) -> tuple[int, str, str] | None:
+    """The first (line, kind, id) of ``refs`` (kind ``user`` or ``project``) naming no row of
+    ``org_id`` (every one, when the org does not exist), or None."""
+    if not refs:
+        return None
+    row = (
+        await conn.execute(
+            FIRST_MISSING_REF_SQL,
+            {
+                "org_id": org_id,
+                "lines": [r[0] for r in refs],
+                "kinds": [r[1] for r in refs],
+                "ids": [r[2] for r in refs],
+            },
+        )
+    ).first()
+    return (row.line, row.kind, row.id) if row is not None else None
+
+
+async def org_exists(conn: AsyncConnection, *, org_id: str) -> bool:
+    """True when the org exists."""
+    return bool((await conn.execute(ORG_EXISTS_SQL, {"org_id": org_id})).scalar())
+
+
+async def insert_edges(
+    conn: AsyncConnection, *, org_id: str, edges: Sequence[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """Insert ``(src, relationship, dst)`` edges once each; return those that were new."""
+    created: list[tuple[str, str, str]] = []
+    for part in parts(edges, LINK_ROWS):
+        rows = await conn.execute(
+            INSERT_EDGES_SQL,
+            {
+                "org_id": org_id,
+                "srcs": [e[0] for e in part],
+                "rels": [e[1] for e in part],
+                "dsts": [e[2] for e in part],
+            },
+        )
+        created += [(r.src_id, r.relationship, r.dst_id) for r in rows]
+    return created
+
+
+async def insert_mentions(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Insert explicit mentions (a derived one becomes explicit); return those written."""
+    written: list[tuple[str, str]] = []
+    for part in parts(pairs, LINK_ROWS):
+        rows = await conn.execute(
+            INSERT_MENTIONS_SQL,
+            {"org_id": org_id, "srcs": [s for s, _ in part], "dsts": [d for _, d in part]},
+        )
+        written += [(r.src_id, r.dst_id) for r in rows]
+    return written
+
+
+FIRST_MISSING_MEMBER_SQL = text(
+    """/* sibyl:import.first_missing_member */
+SELECT x.line, x.project_id, x.user_id
+FROM unnest(CAST(:lines AS integer[]), CAST(:projects AS text[]), CAST(:users AS text[]))
+     AS x(line, project_id, user_id)
+WHERE NOT EXISTS (SELECT 1 FROM users u
+                  JOIN projects p ON p.org_id = u.org_id AND p.id = x.project_id
+                  WHERE u.id = x.user_id)
+ORDER BY x.line
+LIMIT 1"""
+)
+
+UPSERT_MEMBERS_SQL = text(
+    """/* sibyl:import.members */
+INSERT INTO project_members (org_id, project_id, user_id, role)
+SELECT p.org_id, p.id, u.id, x.role
+FROM unnest(CAST(:projects AS text[]), CAST(:users AS text[]), CAST(:roles AS text[]))
+     AS x(project_id, user_id, role)
+JOIN users u ON u.id = x.user_id
+JOIN projects p ON p.org_id = u.org_id AND p.id = x.project_id
+ON CONFLICT (org_id, project_id, user_id) DO UPDATE SET role = EXCLUDED.role
+WHERE project_members.role IS DISTINCT FROM EXCLUDED.role
+RETURNING user_id"""
+)
+
+
+async def first_missing_member(
+    conn: AsyncConnection, *, members: Sequence[tuple[int, str, str]]
+) -> tuple[int, str, str] | None:
+    """The first (line, project, user) whose user is unknown or whose project is not in the
+    user's org, or None."""
+    if not members:
+        return None
+    row = (
+        await conn.execute(
+            FIRST_MISSING_MEMBER_SQL,
+            {
+                "lines": [m[0] for m in members],
+                "projects": [m[1] for m in members],
+                "users": [m[2] for m in members],
+            },
+        )
+    ).first()
+    return (row.line, row.project_id, row.user_id) if row is not None else None
+
+
+async def upsert_members(conn: AsyncConnection, *, members: Sequence[tuple[str, str, str]]) -> int:
+    """Write ``(project, user, role)`` memberships (pairs distinct); return how many changed."""
+    if not members:
+        return 0
+    rows = await conn.execute(
+        UPSERT_MEMBERS_SQL,
+        {
+            "projects": [m[0] for m in members],
+            "users": [m[1] for m in members],
+            "roles": [m[2] for m in members],
+        },
+    )
+    return len(rows.all())
+
+
+# After a write commits: the pending links of these sources whose target exists now (created by
+# a transaction that committed meanwhile). The import's form (no reader) and the writer's form
+# (only targets the writer can read, the may_link rule of the write itself).
+SETTLE_SOURCES_SQL = text(
+    """/* sibyl:write.pending_settle */
+WITH resolved AS (
+    DELETE FROM pending_links p
+    USING entities t
+    WHERE p.org_id = :org_id AND p.src_id = ANY(CAST(:ids AS text[]))
+      AND t.org_id = p.org_id AND t.id = p.dst_id
+    RETURNING p.src_id, p.dst_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :org_id, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id, dst_id"""
+)
+
+SETTLE_SOURCES_READABLE_SQL = text(
+    f"""/* sibyl:write.pending_settle_readable */
+WITH resolved AS (
+    DELETE FROM pending_links p
+    USING entities t
+    WHERE p.org_id = :r_org AND p.src_id = ANY(CAST(:ids AS text[]))
+      AND t.org_id = p.org_id AND t.id = p.dst_id AND {readable("t")}
+    RETURNING p.src_id, p.dst_id
+)
+INSERT INTO mentions (org_id, src_id, dst_id, derived)
+SELECT :r_org, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
+ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
+RETURNING src_id, dst_id"""
+)
+
+
+async def settle_sources(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    ids: Sequence[str],
+    reader_params: dict[str, object] | None,
+) -> list[tuple[str, str]]:
+    """Resolve the pending links of sources ``ids`` whose target exists (and, with
+    ``reader_params``, is readable by that writer); return the mentions written."""
+    out: list[tuple[str, str]] = []
+    for part in parts(ids, LINK_ROWS):
+        if reader_params is None:
+            rows = await conn.execute(SETTLE_SOURCES_SQL, {"org_id": org_id, "ids": list(part)})
+        else:
+            rows = await conn.execute(
+                SETTLE_SOURCES_READABLE_SQL, {**reader_params, "ids": list(part)}
+            )
+        out += [(r.src_id, r.dst_id) for r in rows]
+    return out
+
+
+STORED_STATES_SQL = text(
+    """/* sibyl:import.stored_states */
+SELECT e.id, e.type, e.name, e.content, e.project_id, e.scope, e.owner_id, e.lifecycle,
+       e.metadata,
+       (e.lifecycle = 'superseded'
+        AND EXISTS (SELECT 1 FROM edges x
+                    WHERE x.org_id = e.org_id AND x.dst_id = e.id
+                      AND x.relationship = 'SUPERSEDES')) AS marked
+FROM entities e
+WHERE e.org_id = :org_id AND e.id = ANY(CAST(:ids AS text[]))"""
+)
+
+DERIVED_STATES_SQL = text(
+    """/* sibyl:import.derived_states */
+SELECT src_id, dst_id, true AS mention FROM mentions
+WHERE org_id = :org_id AND src_id = ANY(CAST(:ids AS text[])) AND derived
+UNION ALL
+SELECT src_id, dst_id, false AS mention FROM pending_links
+WHERE org_id = :org_id AND src_id = ANY(CAST(:ids AS text[]))"""
+)
+
+
+async def stored_states(
+    conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
+) -> dict[str, tuple[tuple[Any, ...], bool]]:
+    """Per stored id: (type, name, content, project_id, scope, owner_id, lifecycle, metadata),
+    and whether it is superseded with a SUPERSEDES edge pointing at it."""
+    out: dict[str, tuple[tuple[Any, ...], bool]] = {}
+    for part in parts(ids, LINK_ROWS):
+        rows = await conn.execute(STORED_STATES_SQL, {"org_id": org_id, "ids": list(part)})
+        for r in rows:
+            fields = (
+                r.type,
+                r.name,
+                r.content,
+                r.project_id,
+                r.scope,
+                r.owner_id,
+                r.lifecycle,
+                r.metadata,
+            )
+            out[r.id] = (fields, bool(r.marked))
+    return out
+
+
+async def derived_states(
+    conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
+) -> dict[str, tuple[set[str], set[str]]]:
+    """Per source id: (targets of its derived mentions, targets of its pending links)."""
+    out: dict[str, tuple[set[str], set[str]]] = {i: (set(), set()) for i in ids}
+    for part in parts(ids, LINK_ROWS):
+        rows = await conn.execute(DERIVED_STATES_SQL, {"org_id": org_id, "ids": list(part)})
+        for r in rows:
+            out[r.src_id][0 if r.mention else 1].add(r.dst_id)
+    return out

@@ -1,0 +1,264 @@
+"""The write rules (contract §9 revised, issue 13): one place, applied by REST, MCP and import.
+
+Every door that writes a memory or an edge calls these functions, so a rule holds whichever way
+a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP and the import):
+
+- **reserved types**: ``passage`` is the type of the spans the service cuts; no memory may take
+  it, and no memory id may start with ``passage_`` (:func:`memory_type`, :func:`memory_id`);
+- **scope and project agree**: an ``org`` memory has no project, a ``project`` memory has one
+  (:func:`check_scope`);
+- **SUPERSEDES stays acyclic**: an edge that would close a cycle is refused with 409. The check
+  walks only the memories the writer can read (a cycle through a memory hidden from the writer
+  is allowed, so the answer never reveals it); the import, which has no reader (it writes as the
+  operator), walks every memory of the org (:func:`write_edge`);
+- **the superseded mark**: writing ``A SUPERSEDES B`` marks ``B`` superseded when it is active
+  (a retired memory stays retired), restamping its spans with the new revision;
+- **passages cut** and **links derived**: :func:`app.domain.memories.save_entity` (the one
+  memory write), which also keeps links to missing targets as pending links and resolves the
+  pending links to a memory when it is created;
+- **communities retired**: a write that changes a member's scope, project or lifecycle, or the
+  links between memories (an edge or a derived mention written or deleted), deletes the
+  communities that hold any memory it touched, in the same transaction
+  (:func:`retire_communities`); they give no ``SHARES_COMMUNITY`` hop until ``sibyl-pg
+  communities rebuild`` recomputes them. There is no automatic rebuild: detection reads a whole
+  org (Louvain over every link), which is not cheap enough to run after each write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core.errors import BadRequest, Conflict
+from app.domain.validation import ID_RE
+from app.repo import communities as community_repo
+from app.repo import entities as entity_repo
+from app.repo import writes as write_repo
+
+TYPE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+RESERVED_TYPES = frozenset({"passage"})
+RESERVED_TYPE = "type 'passage' is reserved for the spans the service cuts"
+RESERVED_ID = "ids starting with 'passage_' are reserved for passages"
+CYCLE = "This SUPERSEDES edge would close a cycle"
+SELF_EDGE = "an edge may not point at its own source"
+
+
+def memory_type(value: str) -> str:
+    """The stored (lower-cased) type of a memory; ``BadRequest`` outside
+    ``[a-z][a-z0-9_]{0,63}`` or for a reserved type (``passage``)."""
+    lowered = value.strip().lower()
+    if not TYPE_RE.fullmatch(lowered):
+        raise BadRequest("type must be a lower-case word matching [a-z][a-z0-9_]{0,63}")
+    if lowered in RESERVED_TYPES:
+        raise BadRequest(RESERVED_TYPE)
+    return lowered
+
+
+def memory_id(value: str, *, field: str = "id") -> str:
+    """A memory id as stored; ``BadRequest`` outside ``[A-Za-z0-9_.:-]{1,128}`` or with the
+    reserved ``passage_`` prefix."""
+    stripped = value.strip()
+    if not ID_RE.fullmatch(stripped):
+        raise BadRequest(f"{field} must match [A-Za-z0-9_.:-]{{1,128}}")
+    if stripped.startswith("passage_"):
+        raise BadRequest(RESERVED_ID)
+    return stripped
+
+
+def check_scope(scope: str, project_id: str | None) -> None:
+    """``BadRequest`` unless ``scope`` and ``project_id`` agree (org: none; project: one)."""
+    if scope == "org" and project_id is not None:
+        raise BadRequest("an org-scoped memory has no project")
+    if scope == "project" and project_id is None:
+        raise BadRequest("a project-scoped memory needs a project")
+
+
+async def retire_communities(conn: AsyncConnection, *, org_id: str, ids: Sequence[str]) -> None:
+    """Delete the communities of ``org_id`` holding any of ``ids`` (same transaction as the
+    write that made them stale)."""
+    if ids:
+        await community_repo.retire(conn, org_id=org_id, entity_ids=list(dict.fromkeys(ids)))
+
+
+@dataclass(frozen=True)
+class EdgeResult:
+    """What :func:`write_edge` did: ``created`` (False: the edge existed) and the memory it
+    marked superseded (None: none)."""
+
+    created: bool
+    superseded: str | None
+
+
+async def write_edge(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    src: str,
+    relationship: str,
+    dst: str,
+    reader_params: dict[str, object] | None,
+) -> EdgeResult:
+    """Write ``src -relationship-> dst`` once, under every rule (both ends exist; the caller
+    checked who may write it).
+
+    ``reader_params`` (:meth:`Reader.params`) bounds the SUPERSEDES cycle check to what the
+    writer can read; None (the import) walks every memory. Raises ``BadRequest`` (self-edge) and
+    ``Conflict`` (a SUPERSEDES cycle). Takes the org's SUPERSEDES lock for a SUPERSEDES edge (the
+    REST caller takes it before its row locks, the import here).
+    """
+    if src == dst:
+        raise BadRequest(SELF_EDGE)
+    if relationship == "SUPERSEDES":
+        await entity_repo.lock_supersedes(conn, org_id=org_id)
+        if reader_params is None:
+            cycle = await entity_repo.supersedes_path(conn, org_id=org_id, src_id=src, dst_id=dst)
+        else:
+            cycle = await entity_repo.readable_supersedes_path(
+                conn, reader_params=reader_params, src_id=src, dst_id=dst
+            )
+        if cycle:
+            raise Conflict(CYCLE)
+    created = await entity_repo.insert_edge(
+        conn, org_id=org_id, src_id=src, relationship=relationship, dst_id=dst
+    )
+    superseded = None
+    if created:
+        await retire_communities(conn, org_id=org_id, ids=[src, dst])
+        if relationship == "SUPERSEDES":
+            revision = await entity_repo.mark_superseded(conn, org_id=org_id, entity_id=dst)
+            if revision is not None:
+                await write_repo.restamp_passages(
+                    conn, org_id=org_id, parent_id=dst, revision=revision
+                )
+                superseded = dst
+    return EdgeResult(created=created, superseded=superseded)
+
+
+class CycleInBulk(Exception):
+    """:func:`write_edges` met a SUPERSEDES cycle; nothing of its SUPERSEDES edges was kept.
+    Apply them one by one with :func:`write_edge` to find the one that closes it."""
+
+
+async def write_edges(
+    conn: AsyncConnection, *, org_id: str, edges: Sequence[tuple[str, str, str]]
+) -> list[tuple[str, str, str]]:
+    """The set-based :func:`write_edge` of the import (no reader: every memory counts), for
+    ``(src, relationship, dst)`` edges whose ends exist and differ: the same rules in a few
+    statements. Returns the edges that were new.
+
+    SUPERSEDES edges are inserted under a savepoint and checked for a cycle together; on a
+    cycle the savepoint is rolled back and ``CycleInBulk`` raised (the other edges stay).
+    The targets of new SUPERSEDES edges are marked superseded; communities touching a new
+    edge are retired.
+    """
+    plain = [e for e in edges if e[1] != "SUPERSEDES"]
+    supersedes = [e for e in edges if e[1] == "SUPERSEDES"]
+    created = await write_repo.insert_edges(conn, org_id=org_id, edges=plain)
+    if supersedes:
+        await entity_repo.lock_supersedes(conn, org_id=org_id)
+        async with conn.begin_nested():  # a cycle rolls the SUPERSEDES edges back
+            new = await write_repo.insert_edges(conn, org_id=org_id, edges=supersedes)
+            pairs = [(s, d) for s, _, d in new]
+            if await entity_repo.supersedes_cycle_many(conn, org_id=org_id, edges=pairs):
+                raise CycleInBulk()
+        created += new
+        await entity_repo.mark_superseded_many(
+            conn, org_id=org_id, ids=sorted({d for _, d in pairs})
+        )
+    if created and await community_repo.has_communities(conn, org_id=org_id):
+        await retire_communities(
+            conn, org_id=org_id, ids=sorted({i for s, _, d in created for i in (s, d)})
+        )
+    return created
+
+
+async def keeps_superseded_mark(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
+    """True when ``entity_id`` is stored superseded and a SUPERSEDES edge points at it: an
+    import line stating it ``active`` keeps the mark that edge set (the import is declarative,
+    so a repeated import changes nothing). REST and MCP never call this: there, setting
+    ``lifecycle`` is an explicit write that wins."""
+    return await entity_repo.marked_by_supersedes(conn, org_id=org_id, entity_id=entity_id)
+
+
+async def delete_edge(
+    conn: AsyncConnection, *, org_id: str, src: str, relationship: str, dst: str
+) -> bool:
+    """Delete one edge (no lifecycle changes), retiring the communities of its ends; False when
+    there was none."""
+    deleted = await entity_repo.delete_edge(
+        conn, org_id=org_id, src_id=src, relationship=relationship, dst_id=dst
+    )
+    if deleted:
+        await retire_communities(conn, org_id=org_id, ids=[src, dst])
+    return deleted
+
+
+@dataclass
+class Unsettled:
+    """What a write transaction left to settle once committed (see :func:`settling`): per org,
+    the memories it created and the sources it stored pending links for."""
+
+    created: dict[str, set[str]] = field(default_factory=dict)
+    sources: dict[str, set[str]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.created or self.sources)
+
+
+_UNSETTLED: ContextVar[Unsettled | None] = ContextVar("sibyl_unsettled", default=None)
+
+
+@contextmanager
+def settling() -> Iterator[Unsettled]:
+    """Collect, for the block, the links a write leaves to settle after its commit."""
+    unsettled = Unsettled()
+    token = _UNSETTLED.set(unsettled)
+    try:
+        yield unsettled
+    finally:
+        _UNSETTLED.reset(token)
+
+
+def note_created(org_id: str, ids: Sequence[str]) -> None:
+    """Record memories created by the running write (nothing outside :func:`settling`)."""
+    unsettled = _UNSETTLED.get()
+    if unsettled is not None and ids:
+        unsettled.created.setdefault(org_id, set()).update(ids)
+
+
+def note_pending(org_id: str, src_ids: Sequence[str]) -> None:
+    """Record sources for which the running write stored pending links."""
+    unsettled = _UNSETTLED.get()
+    if unsettled is not None and src_ids:
+        unsettled.sources.setdefault(org_id, set()).update(src_ids)
+
+
+async def settle(
+    conn: AsyncConnection, unsettled: Unsettled, *, reader_params: dict[str, object] | None
+) -> int:
+    """After the write committed, in a transaction of its own: resolve the pending links to
+    the memories it created, and the pending links it stored whose target exists now.
+
+    This closes the one race of pending links: a link written while its target is being created
+    by a concurrent transaction (each transaction sees the other's rows only once committed;
+    each settles after its own commit, so the later one of the two always sees both). Returns
+    the mentions written; retires the communities they touch.
+    """
+    written: list[str] = []
+    for org_id, ids in sorted(unsettled.created.items()):
+        gained = await write_repo.resolve_pending_many(conn, org_id=org_id, ids=sorted(ids))
+        await retire_communities(conn, org_id=org_id, ids=gained)
+        written += gained
+    for org_id, ids in sorted(unsettled.sources.items()):
+        params = reader_params if reader_params is not None else None
+        pairs = await write_repo.settle_sources(
+            conn, org_id=org_id, ids=sorted(ids), reader_params=params
+        )
+        await retire_communities(conn, org_id=org_id, ids=[i for p in pairs for i in p])
+        written += [s for s, _ in pairs]
+    return len(written)
