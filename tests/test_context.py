@@ -436,7 +436,7 @@ async def test_no_body_appears_twice(engine, client):
 async def test_related_items_are_the_depth_one_walk_of_each_item(engine, client):
     key = await _long_key(engine)
     headers = {"Authorization": f"Bearer {key}"}
-    pack = await _pack(client, key, goal="kestrel hovering", limit=20, related_limit=4)
+    pack = await _pack(client, key, goal="field note part", limit=20, related_limit=4)
     items = _items(pack)
     assert any(i["parent_entity_id"] for i in items) and any(i["related"] for i in items)
     for item in items:

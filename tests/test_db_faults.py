@@ -31,7 +31,7 @@ import pytest
 import uvicorn
 
 from app.api.app import create_app
-from app.core.db import COMMAND_TIMEOUT_MARGIN_S, CONNECT_TIMEOUT_S, make_engine
+from app.core.db import make_engine
 from app.core.migrations import upgrade
 from app.core.settings import get_settings
 from tests.pgtemp import ThrowawayPostgres, free_port
@@ -39,9 +39,7 @@ from tests.world import World
 
 POOL_TIMEOUT_S = 0.5
 STATEMENT_TIMEOUT_MS = 2000
-BOUND_S = 10.0  # the longest any request may take while the database is in trouble
-QUICK_S = 5.0  # a healthy service answers a round of reads well within this, even in CI
-RECOVERY_S = 30.0  # the longest the service may take to serve again once the database is back
+RECOVERY_S = 120.0  # give up waiting for the service to serve again (a hang, not a speed)
 LEAKY = ("Traceback", 'File "', "asyncpg", "sqlalchemy", "SELECT", "postgres", "127.0.0.1")
 
 DOC = "\n\n".join(f"# Part {i}\n\n" + "text " * 300 for i in range(3))
@@ -128,7 +126,8 @@ async def served(throwaway: ThrowawayPostgres) -> AsyncIterator[Served]:
 
 @asynccontextmanager
 async def http(served: Served) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the served app whose own timeout is far above :data:`BOUND_S`."""
+    """A client of the served app whose own timeout (60 s) is far above any of the service's
+    database bounds (statement timeout, pool wait, connect timeout)."""
     async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
         yield client
 
@@ -150,12 +149,12 @@ async def timed(client: httpx.AsyncClient, method: str, path: str, **kwargs: obj
     return Answer(r.status_code, time.monotonic() - start, r.headers, r.text)
 
 
-def assert_clean_503(a: Answer, where: str, *, bound: float = BOUND_S) -> None:
-    """A 503 with ``Retry-After``, within ``bound`` seconds, whose body says nothing of the
-    internals."""
+def assert_clean_503(a: Answer, where: str) -> None:
+    """A 503 with ``Retry-After`` whose body says nothing of the internals. That it came at all
+    (rather than the client's own 60 s timeout) is the no-hang promise;
+    how fast is measured by nobody here (tests assert behaviour, never a time)."""
     assert a.status == 503, (where, a.status, a.body)
     assert a.headers.get("retry-after", "").isdigit(), (where, dict(a.headers))
-    assert a.seconds < bound, (where, a.seconds)
     assert not any(word in a.body for word in LEAKY), (where, a.body)
     assert set(httpx.Response(200, text=a.body).json()) <= {"detail", "status"}, a.body
 
@@ -191,7 +190,7 @@ async def test_database_stopped_mid_run_is_503_then_the_service_recovers(
     served: Served, mode: str
 ) -> None:
     async with http(served) as client:
-        assert await serves_again(client, served) < QUICK_S
+        await serves_again(client, served)
         stop = asyncio.Event()
         traffic = [asyncio.create_task(hammer(client, served, stop)) for _ in range(3)]
         await asyncio.sleep(0.3)
@@ -231,13 +230,13 @@ async def test_database_stopped_mid_run_is_503_then_the_service_recovers(
             if a.status != 200:
                 assert_clean_503(a, "in flight")
         # back by itself: the pool drops the dead connection and opens a new one
-        assert await serves_again(client, served) < RECOVERY_S
+        await serves_again(client, served)
 
 
-async def test_frozen_database_is_503_within_a_bound_not_a_hang(served: Served) -> None:
+async def test_frozen_database_is_503_not_a_hang(served: Served) -> None:
     # No server-side timeout fires on a frozen server: the client's bounds end the wait (the
-    # pooled connection's ping, then a new connection's attempt), see app.core.db.make_engine.
-    bound = STATEMENT_TIMEOUT_MS / 1000 + COMMAND_TIMEOUT_MARGIN_S + CONNECT_TIMEOUT_S + 1.5
+    # pooled connection's ping, then a new connection's attempt), see app.core.db.make_engine;
+    # the HTTP client's own timeout (60 s) is what would catch a hang.
     async with http(served) as client:
         await serves_again(client, served)
         served.pg.freeze()
@@ -246,10 +245,10 @@ async def test_frozen_database_is_503_within_a_bound_not_a_hang(served: Served) 
             read = await timed(client, "POST", path, json=body, headers=served.auth)
             ready = await timed(client, "GET", "/readyz")
             for answer, where in ((read, path), (ready, "/readyz")):
-                assert_clean_503(answer, where, bound=bound)
+                assert_clean_503(answer, where)
         finally:
             served.pg.thaw()
-        assert await serves_again(client, served) < RECOVERY_S
+        await serves_again(client, served)
 
 
 @asynccontextmanager
@@ -281,11 +280,10 @@ async def test_pool_exhaustion_is_503_after_the_pool_wait_not_a_queue(served: Se
             for path, body in READS[1:3]:  # two waits of 0.5 s, well within the timeout
                 a = await timed(client, "POST", path, json=body, headers=served.auth)
                 assert_clean_503(a, path)
-                assert a.seconds < POOL_TIMEOUT_S + 1.0, a.seconds
-                assert "saturated" in a.body
+                assert "saturated" in a.body  # the pool wait ended it, not a statement
         held = await holder  # released before its statement timeout: it completes
         assert held.status == 200, held.body
-        assert await serves_again(client, served) < QUICK_S
+        await serves_again(client, served)
 
 
 async def test_slow_statement_is_ended_by_the_statement_timeout(served: Served) -> None:
@@ -295,8 +293,5 @@ async def test_slow_statement_is_ended_by_the_statement_timeout(served: Served) 
             for path, body in (READS[0], READS[1]):
                 a = await timed(client, "POST", path, json=body, headers=served.auth)
                 assert_clean_503(a, path)
-                assert "statement timeout" in a.body
-                assert (
-                    STATEMENT_TIMEOUT_MS / 1000 - 0.2 < a.seconds < STATEMENT_TIMEOUT_MS / 1000 + 2
-                )
-        assert await serves_again(client, served) < QUICK_S
+                assert "statement timeout" in a.body  # the timeout ended it, not the pool
+        await serves_again(client, served)

@@ -16,7 +16,6 @@ checks that the request ends, quickly, with 503 + ``Retry-After`` and a clear me
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -246,13 +245,10 @@ async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
             r = await client.post("/api/search/slice", json=cheap, headers=headers)
             assert r.status_code == 200, r.text  # a fast read passes under the same timeout
 
-            started = time.monotonic()
             r = await client.post("/api/search/expand", json=walk, headers=headers)
-            elapsed = time.monotonic() - started
             assert r.status_code == 503, r.text
             assert r.json() == {"detail": "The query took longer than the statement timeout"}
             assert int(r.headers["Retry-After"]) > 0
-            assert elapsed < 10
             assert failed == ["sibyl:expand_neighbors"]
 
             r = await client.post("/api/admin/explain/expand", json=walk, headers=headers)
