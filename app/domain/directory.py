@@ -41,14 +41,14 @@ from app.domain.write_schemas import (
 )
 from app.repo import directory as repo
 
-HIDDEN = "Not found"
+HIDDEN = permissions.ADMIN_HIDDEN
 MAX_LABEL_CHARS = 200
 
 
 def require_admin(reader: Reader) -> None:
-    """Raise ``NotFound("Not found")`` unless ``reader`` is an org admin on an admin key."""
-    if "admin" not in reader.scopes or reader.restricted or not permissions.is_org_admin(reader):
-        raise NotFound(HIDDEN)
+    """Raise ``NotFound("Not found")`` unless ``reader`` is an org admin on an admin key
+    (:func:`app.domain.permissions.require_admin`)."""
+    permissions.require_admin(reader)
 
 
 def _outranks(reader: Reader, role: str) -> None:

@@ -29,9 +29,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import read_tx
-from app.core.errors import NotFound
 from app.core.migrations import head_revision
-from app.domain.permissions import is_org_admin
+from app.domain.permissions import ADMIN_HIDDEN, require_admin
 from app.domain.session import FAULTS, raise_fault
 from app.repo import doctor as repo
 from app.repo.readers import reader_by_key
@@ -40,8 +39,7 @@ from app.repo.tables import Base
 Status = Literal["ok", "info", "warn", "fail"]
 RANK: dict[str, int] = {"ok": 0, "info": 1, "warn": 2, "fail": 3}
 
-ADMIN_SCOPE = "admin"
-HIDDEN = "Not found"
+HIDDEN = ADMIN_HIDDEN
 
 WALK_TABLES = ("edges", "entities", "entity_grants", "mentions", "passages", "community_members")
 """The tables the walk, the slice and search read (docs/walk-plans.md §4)."""
@@ -667,14 +665,9 @@ async def doctor_for_key(engine: AsyncEngine, key: str | None) -> DoctorReport:
 
     async def go() -> DoctorReport:
         async with read_tx(engine) as conn:
-            reader = await reader_by_key(conn, key=key) if key else None
-            if (
-                reader is None
-                or ADMIN_SCOPE not in reader.scopes
-                or reader.restricted
-                or not is_org_admin(reader)
-            ):
-                raise NotFound(HIDDEN)
+            # Server facts are for an org owner's or admin's unrestricted admin key
+            # only (the rule of every /api/admin route).
+            require_admin(await reader_by_key(conn, key=key) if key else None)
         return judge(await gather(engine), detail=False)
 
     return await _guarded(go())

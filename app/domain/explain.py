@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import DomainError, NotFound
 from app.core.settings import Settings, get_settings
-from app.domain.permissions import is_org_admin
+from app.domain.permissions import ADMIN_HIDDEN, require_admin
 from app.domain.reader import Reader
 from app.domain.session import FAULTS, raise_fault
 from app.repo import explain as explain_repo
@@ -31,8 +31,7 @@ from app.repo.readers import reader_by_key, reader_by_user
 PlanFormat = explain_repo.PlanFormat
 PlanMode = explain_repo.PlanMode
 
-ADMIN_SCOPE = "admin"
-HIDDEN = "Not found"
+HIDDEN = ADMIN_HIDDEN
 
 # The documented bound on the distinct statement texts each verb may send, whatever its input
 # (contract §10; tests/test_statement_shapes.py holds the service to it). Every value is bound,
@@ -208,16 +207,9 @@ async def explain_for_key(
 
     async def go() -> ExplainReport:
         async with explain_repo.rolled_back_read(engine) as conn:
-            reader = await reader_by_key(conn, key=key) if key else None
-            # Plans count rows before the read rule filters them: only an org owner's or admin's
-            # unrestricted admin key may see them (the rule of every /api/admin route).
-            if (
-                reader is None
-                or ADMIN_SCOPE not in reader.scopes
-                or reader.restricted
-                or not is_org_admin(reader)
-            ):
-                raise NotFound(HIDDEN)
+            # Plans count rows before the read rule filters them: an org owner's or admin's
+            # unrestricted admin key only (the rule of every /api/admin route).
+            reader = require_admin(await reader_by_key(conn, key=key) if key else None)
             return await explain(conn, reader, spec, body, fmt=fmt, mode=mode, settings=settings)
 
     return await _guarded(go())

@@ -48,6 +48,27 @@ def is_org_admin(reader: Reader) -> bool:
     return reader.org_role in ORG_ADMINS
 
 
+ADMIN_SCOPE = "admin"
+ADMIN_HIDDEN = "Not found"
+
+
+def require_admin(reader: Reader | None) -> Reader:
+    """``reader`` when it is an org owner or admin using an unrestricted key with the ``admin``
+    scope: the rule of every ``/api/admin`` route and admin verb (explain, doctor, directory).
+
+    Anyone else (no key, an unknown or revoked one, a key without ``admin``, a project-restricted
+    key, a member) gets the same ``NotFound("Not found")``: the route does not exist for them.
+    """
+    if (
+        reader is None
+        or ADMIN_SCOPE not in reader.scopes
+        or reader.restricted
+        or not is_org_admin(reader)
+    ):
+        raise NotFound(ADMIN_HIDDEN)
+    return reader
+
+
 def writes_project(reader: Reader, project_id: str, role: str | None) -> bool:
     """True when ``reader`` (whose role in ``project_id`` is ``role``) may write memories in it.
 
