@@ -9,8 +9,12 @@ import secrets
 import pytest
 from mcp import Client
 
+from app.core.settings import Settings
 from app.domain import policy
+from app.domain.context import context_pack
+from app.domain.schemas import ContextRequest
 from app.mcp.server import build_mcp, fixed_key
+from app.repo.readers import reader_by_key
 from tests.builders import import_dicts, make_key
 
 FILLER = " ".join(f"filler{i}" for i in range(60))
@@ -457,3 +461,48 @@ async def test_related_items_are_the_depth_one_walk_of_each_item(engine, client)
             assert [n["id"] for n in item["related"]] in ([item["parent_entity_id"]], [])
         else:  # a memory's own spans are never its related items
             assert all(n["type"] != "passage" for n in item["related"])
+
+
+async def test_a_capped_related_list_keeps_the_strongest_hops(engine):
+    # §5 bounded work, for context's related items too: 70 CONTRADICTS (0.64) edges sort before
+    # 30 DEPENDS_ON (0.98) by name; a cap must drop the weak ones, not the strong ones.
+    org, sfx = "org_relcap_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = _base(org, sfx)
+    records.append(_ent(org, sfx, "hub", "decision", "Heron hub", "heron hub memory"))
+    for i in range(70):
+        records.append(_ent(org, sfx, f"c{i:02d}", "note", f"Weak {i}", "weak neighbour"))
+        records.append(
+            {
+                "kind": "edge",
+                "org": org,
+                "src": "hub",
+                "dst": f"c{i:02d}",
+                "relationship": "CONTRADICTS",
+            }
+        )
+    for i in range(30):
+        records.append(_ent(org, sfx, f"d{i:02d}", "note", f"Strong {i}", "strong neighbour"))
+        records.append(
+            {
+                "kind": "edge",
+                "org": org,
+                "src": "hub",
+                "dst": f"d{i:02d}",
+                "relationship": "DEPENDS_ON",
+            }
+        )
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    request = ContextRequest(goal="heron", limit=1, related_limit=3)
+    for cap in (None, 5):  # uncapped (the default), and a cap far below the hub's degree
+        async with engine.connect() as conn:
+            reader = await reader_by_key(conn, key=key)
+            assert reader is not None
+            pack = await context_pack(conn, reader, request, settings=Settings(walk_hop_cap=cap))
+        (item,) = pack.sections.decisions
+        assert item.id == "hub"
+        assert [(n.id, n.relationship) for n in item.related] == [
+            ("d00", "DEPENDS_ON"),
+            ("d01", "DEPENDS_ON"),
+            ("d02", "DEPENDS_ON"),
+        ], cap

@@ -3,7 +3,8 @@
 For each item ``f`` of ``:item_ids`` (memories and passages), its one-hop neighbors as a depth-1
 ``expand_neighbors`` walk from ``f`` alone would find them, by the same hop arms, the same read
 rule (:func:`app.repo.readrule.readable`, through :data:`app.repo.walk.ENTER`), the same weights
-and per-arm cap (``:hop_cap``, rows examined in the walk's order), and the same best-hop rule
+and per-arm cap (``:hop_cap``: ``SIBYL_WALK_HOP_CAP``, none by default; rows examined in the
+walk's order, strongest hop first, so a cap drops the weakest hops, §5), and the same best-hop rule
 (highest weight, then relationship name, outgoing before incoming): from a memory, its edges and
 mentions both ways and its communities' other members (under ``:rel_filter`` and the direction
 rules ``:out_denied`` / ``:in_denied``), never its own passages (one ``fetch_slice`` away); from
@@ -11,7 +12,7 @@ a passage, its parent (always allowed, §5). Per item, the best ``:related_limit
 (= weight at distance 1) desc, then id; never the item itself.
 
 Cost: one statement for the whole pack instead of one walk per item; each arm is an index probe
-per item, bounded by ``:hop_cap`` rows.
+per item, bounded by ``:hop_cap`` rows when set (else by the item's degree).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ CROSS JOIN LATERAL (
                 AND f.id NOT LIKE 'passage\_%'
                 AND {allowed("e.relationship", "out_denied")}
                 AND {ENTER}
-              ORDER BY e.relationship, e.dst_id
+              ORDER BY weight DESC, e.relationship, e.dst_id  -- a cap drops the weakest hops
               LIMIT :hop_cap
             ) UNION ALL (  -- incoming edges: t -rel-> f
               SELECT e.src_id, e.relationship, 1, {WEIGHT.format(rel="e.relationship")}
@@ -53,7 +54,7 @@ CROSS JOIN LATERAL (
                 AND f.id NOT LIKE 'passage\_%'
                 AND {allowed("e.relationship", "in_denied")}
                 AND {ENTER}
-              ORDER BY e.relationship, e.src_id
+              ORDER BY 4 DESC, e.relationship, e.src_id  -- by weight first, as above
               LIMIT :hop_cap
             ) UNION ALL (  -- outgoing mentions: f mentions t
               SELECT m.dst_id, 'MENTIONS', 0, {WEIGHT.format(rel="'MENTIONS'")}
