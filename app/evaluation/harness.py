@@ -66,10 +66,11 @@ class LoopPlan:
     expand_seeds: int = 3
     expand_limit: int = 8
     expand_chars: int = 300
-    slice_hits: int = 2
+    slice_hits: int = 3
+    slice_spans: int = 3
     slice_neighbors: int = 1
-    slice_window: int = 3
-    slice_chars: int = 3000
+    slice_window: int = 1
+    slice_chars: int = 1500
 
     def __post_init__(self) -> None:
         if self.search_limit < RECALL_DEPTH:
@@ -165,7 +166,7 @@ async def run_loop(
     rank_written = answer_rank(found_memories, question.answers)
     rank_hop_from = answer_rank(found_memories, [question.hop_from]) if question.hop_from else None
     for r in results:
-        texts += [r.name, r.content]
+        texts += [r.name, r.content, _excerpt(r)]
         touch(_memory_of(r))
     if exposed():
         exposed_round = 1
@@ -198,7 +199,11 @@ async def run_loop(
     # round 3: widen the best passages
     targets: list[str] = []
     for r in results[: plan.slice_hits]:
-        targets.append(_best_passage(r))
+        best = _best_passage(r)
+        targets.append(best)
+        targets += _next_spans(r)[: plan.slice_spans - 1]
+        if _opening_too(r, best):
+            targets.append(str(r.id))
     sliced_memories = {_memory_of(r) for r in results[: plan.slice_hits]}
     picked = 0
     for n in neighbors:
@@ -249,9 +254,33 @@ async def run_loop(
     )
 
 
+def _opening_too(result: Any, best: str) -> bool:
+    """Whether round 3 also widens ``result``'s memory from its start: when the result is the
+    memory itself (its name or lead matched, so its opening is evidence too) and its best span
+    is not already that opening."""
+    if result.parent_entity_id or best == str(result.id):
+        return False
+    focus = result.metadata.get("focus") or {}
+    return focus.get("passage_index") not in (None, 0)
+
+
+def _next_spans(result: Any) -> list[str]:
+    """A search result's next best-matching spans (``metadata.focus.next``), best first."""
+    return [str(i) for i in (result.metadata.get("focus") or {}).get("next") or ()]
+
+
+def _excerpt(result: Any) -> str:
+    """A search result's query-focused excerpt (``metadata.focus.excerpt``; "" when none)."""
+    return str((result.metadata.get("focus") or {}).get("excerpt") or "")
+
+
 def _best_passage(result: Any) -> str:
-    """The id to widen a search result around: itself when a passage; else the best of its
+    """The id to widen a search result around: its ``metadata.focus`` span (the memory's span
+    that best matches the query); without one, itself when a passage; else the best of its
     collapsed hits that is a passage of it; else the memory (sliced from its start)."""
+    focus = result.metadata.get("focus")
+    if focus and focus.get("id"):
+        return str(focus["id"])
     if result.parent_entity_id:
         return str(result.id)
     for other in result.metadata.get("collapsed") or ():
