@@ -13,14 +13,18 @@ passage's parent) is one of its answers; recall@k = share of questions ranked â‰
 
 **The loop** (:class:`LoopPlan`; model-free, the same script for every question):
 
-1. ``search`` the question as written: ``search_limit`` results, previews of ``search_chars``.
+1. ``search`` the question as written: ``search_limit`` results, previews of ``search_chars``;
+   each result's name, preview and ``metadata.focus.excerpt`` (the query-centred excerpt of its
+   memory's best-matching span, at most ``search_chars``) are returned text.
 2. ``expand_neighbors`` from the memories of the top ``expand_seeds`` results, depth 1, limit
    ``expand_limit``, previews of ``expand_chars`` (default relationships, as an agent calls it).
-3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of up to ``slice_hits`` top
-   results, each widened around its best passage (the result when it is a passage, else the
-   first passage among its ``metadata.collapsed`` hits, else the memory from its start), and of
+3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of each of the top
+   ``slice_hits`` results' ``slice_spans`` best-matching spans (``metadata.focus``: ``id``, then
+   ``next``; without a focus, the result when it is a passage, else the first passage among its
+   ``metadata.collapsed`` hits, else the memory from its start); of a result that is the memory
+   itself (its name or lead matched) whose best span is not its first, also its opening; and of
    the best ``slice_neighbors`` neighbors of round 2 that are neither a seed, a seed's own
-   passage, nor already sliced.
+   passage, nor already sliced (from their start). Each id is sliced once.
 
 *Returned text* = every name and content (preview, neighbor preview, span) the three rounds
 returned; a question is *exposed* when its answer phrase appears in it
@@ -58,8 +62,10 @@ RECALL_DEPTH = 5
 
 @dataclass(frozen=True)
 class LoopPlan:
-    """The bounds of the scripted loop (see the module docstring); fixed before any figure was
-    measured, and the same for every question."""
+    """The bounds of the scripted loop (see the module docstring); the same for every question.
+    The first plan (window 3 of 3,000 characters around the first collapsed hit of the top 2
+    results) was fixed before any figure was measured; this one replaced it on 2026-11-30 after
+    the diagnosis in docs/eval.md (search's ``metadata.focus``)."""
 
     search_limit: int = 5
     search_chars: int = 300
@@ -215,7 +221,7 @@ async def run_loop(
         targets.append(n.id)
         sliced_memories.add(memory)
         picked += 1
-    for target in targets:
+    for target in dict.fromkeys(targets):
         try:
             async with read_tx(engine) as conn:
                 window = await fetch_slice(
