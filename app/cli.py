@@ -334,6 +334,14 @@ def eval_(
     no_context: Annotated[
         bool, typer.Option("--no-context", help="Skip the context packs")
     ] = False,
+    database: Annotated[
+        str,
+        typer.Option(
+            "--database",
+            help="The evaluation's own database on the server (created and dropped; default "
+            "sibyl_eval)",
+        ),
+    ] = "sibyl_eval",
 ) -> None:
     """Run the evaluation (docs/eval.md): the question sets against a freshly imported PEP
     corpus in its own database, as user_org_admin; print recall, loop exposure and cost."""
@@ -354,6 +362,7 @@ def eval_(
                 sets=sets,
                 keep=keep,
                 reuse=reuse,
+                database=database,
                 with_context=not no_context,
                 progress=console,
             )

@@ -11,6 +11,7 @@ import pytest
 
 from app.core.settings import PROJECT_ROOT
 from app.evaluation.harness import (
+    LoopPlan,
     QuestionResult,
     answer_rank,
     evaluate,
@@ -197,3 +198,27 @@ def test_summary_of_hand_made_results():
     }
     assert s["cost_vs_touched"] == 0.1 and s["cost_vs_answer"] == 0.25
     assert s["hop_exposure"] is None and s["context_ms_p50"] is None
+
+
+async def test_round_3_widens_the_best_matching_span_that_search_names(engine):
+    """With previews and excerpts too short to hold the phrase, the loop exposes it in round 3 by
+    widening the span ``metadata.focus`` names (window 1), and the returned text holds no
+    span twice."""
+    org, sfx = "org_evalf_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = _corpus(org, sfx)
+    await import_dicts(engine, records)
+    bodies = {r["id"]: r["content"] for r in records if r["kind"] == "entity"}
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_admin_{sfx}")
+    assert reader is not None
+    question = Question(
+        "focus", "Where do grey herons nest?", ("doc_guide",), "nest in colonies called heronries"
+    )
+    plan = LoopPlan(search_chars=20, expand_chars=20)
+    (result,) = await evaluate(
+        engine, reader, [question], bodies=bodies, plan=plan, with_context=False
+    )
+    assert result.rank_written == 1
+    assert result.exposed_round == 3
+    # round 3 read the Breeding span (≈ 780 characters), not the guide from its start
+    assert result.returned_chars < len(bodies["doc_guide"])

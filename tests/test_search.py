@@ -560,3 +560,47 @@ async def test_a_cut_made_before_issue_12_that_dropped_text_keeps_it_searchable(
         )
     (hit,) = (await _search(client, key, query="wallaroo"))["results"]
     assert hit["id"] == "doc_old"
+
+
+async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt(engine, client):
+    """``metadata.focus`` (issue 12): every current span of a result's memory is scored with the
+    query (not only those the candidate scans found): the span where the query's words are is
+    named, with an excerpt around them within ``content_max_chars``; ``content`` stays the
+    preview (the hit's opening)."""
+    sfx, org = secrets.token_hex(3), "org_focus_" + secrets.token_hex(4)
+    sections = "".join(f"## Part {i}\n\n{SECTION}\n\n" for i in range(6))
+    answer = (
+        "## Habitat\n\n" + SECTION + "\n\nThe wombat burrows under eucalyptus roots at dusk, "
+        "and a wombat burrow has one entrance.\n\n"
+    )
+    body = sections + answer + sections
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_wombat", "Wombat handbook", body, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(
+        client, key, query="Where does the wombat burrow under eucalyptus?", content_max_chars=120
+    )
+    (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
+    focus = hit["metadata"]["focus"]
+    async with engine.connect() as conn:
+        holder = (
+            await conn.execute(
+                text(
+                    "SELECT id FROM passages WHERE org_id = :o AND parent_id = 'doc_wombat'"
+                    " AND content LIKE '%eucalyptus%'"
+                ),
+                {"o": org},
+            )
+        ).scalar_one()
+    assert focus["id"] == holder and isinstance(focus["passage_index"], int)
+    assert "eucalyptus" in focus["excerpt"] and len(focus["excerpt"]) <= 120
+    assert focus["excerpt"].startswith("...")  # the span's opening is filler: cut before
+    assert len(focus["next"]) <= policy.SEARCH_FOCUS_SPANS - 1 and holder not in focus["next"]
+    assert len(hit["content"]) <= 120 + 3  # the preview rule: cut, plus "..."
+    # a memory never cut names itself; with no room for text the excerpt is empty
+    got = await _search(client, key, query="wombat eucalyptus", content_max_chars=0)
+    for r in got["results"]:
+        assert r["metadata"]["focus"]["excerpt"] == ""

@@ -59,6 +59,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.errors import BadRequest
 from app.core.settings import Settings, get_settings
 from app.domain import policy, terms
+from app.domain.excerpt import excerpt
 from app.domain.passages import passage_name
 from app.domain.preview import preview_prefix
 from app.domain.reader import Reader
@@ -277,6 +278,24 @@ def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def focus_metadata(
+    best: search_repo.Focus, weighted: list[tuple[str, float]], preview_chars: int
+) -> dict[str, Any]:
+    """``metadata.focus``: the memory's span that best matches the query (``id``: a passage id
+    to widen with ``fetch_slice``, or the memory's own id when it was never cut;
+    ``passage_index``: null then), ``excerpt``, the query-focused stretch of that span's text
+    (:func:`app.domain.excerpt.excerpt`, at most ``content_max_chars`` characters), and
+    ``next``: the ids of the memory's next best spans (at most
+    :data:`~app.domain.policy.SEARCH_FOCUS_SPANS` − 1), best first."""
+    first = best.spans[0]
+    return {
+        "id": first.id,
+        "passage_index": first.passage_index,
+        "excerpt": excerpt(best.content, weighted, preview_chars),
+        "next": [s.id for s in best.spans[1:]],
+    }
+
+
 async def search(
     conn: AsyncConnection,
     reader: Reader,
@@ -290,7 +309,10 @@ async def search(
     content_max_chars 0..50000 (default 500); ``lifecycle`` defaults to active + superseded
     (retired never). ``total`` is the number of results on this page, ``has_more`` whether a
     next page exists. Each result's ``metadata.match`` gives its lane ranks and
-    ``metadata.collapsed`` (when present) the ids of the same memory's lower-ranked hits.
+    ``metadata.collapsed`` (when present) the ids of the same memory's lower-ranked hits, and
+    ``metadata.focus`` (when the memory holds a query word) its best-matching span over all its
+    current spans with a query-focused excerpt (:func:`focus_metadata`); ``content`` stays the
+    preview (the hit's opening), as the contract rules.
     Raises ``BadRequest`` (400) for a blank or too long query, an unknown lifecycle, a type or
     project name outside its alphabet. A named project the reader cannot read answers exactly as
     a project that does not exist: no results.
@@ -304,6 +326,7 @@ async def search(
     offset = policy.SEARCH_OFFSET.clamp(request.offset)
     preview_chars = policy.PREVIEW_CHARS.clamp(request.content_max_chars)
 
+    weighted = terms.words(query)
     found, capped = await find_candidates(
         conn,
         reader,
@@ -321,6 +344,14 @@ async def search(
         ids=[r.id for r, _ in page],
         preview_chars=preview_chars,
     )
+    focused = await search_repo.focus(
+        conn,
+        reader_params=reader.params(),
+        memories=[r.memory_id for r, _ in page],
+        words=[w for w, _ in weighted],
+        idfs=[idf for _, idf in weighted],
+        per_memory=policy.SEARCH_FOCUS_SPANS,
+    )
     results: list[SearchResult] = []
     for r, collapsed in page:
         hit = rows.get(r.id)
@@ -330,6 +361,9 @@ async def search(
         fields["metadata"]["match"] = match_metadata(r, (FULLTEXT, EXACT))
         if collapsed:
             fields["metadata"]["collapsed"] = collapsed
+        best = focused.get(r.memory_id)
+        if best is not None:
+            fields["metadata"]["focus"] = focus_metadata(best, weighted, preview_chars)
         results.append(SearchResult(score=round(r.score, 6), **fields))
 
     filters: dict[str, Any] = {

@@ -13,14 +13,18 @@ passage's parent) is one of its answers; recall@k = share of questions ranked â‰
 
 **The loop** (:class:`LoopPlan`; model-free, the same script for every question):
 
-1. ``search`` the question as written: ``search_limit`` results, previews of ``search_chars``.
+1. ``search`` the question as written: ``search_limit`` results, previews of ``search_chars``;
+   each result's name, preview and ``metadata.focus.excerpt`` (the query-centred excerpt of its
+   memory's best-matching span, at most ``search_chars``) are returned text.
 2. ``expand_neighbors`` from the memories of the top ``expand_seeds`` results, depth 1, limit
    ``expand_limit``, previews of ``expand_chars`` (default relationships, as an agent calls it).
-3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of up to ``slice_hits`` top
-   results, each widened around its best passage (the result when it is a passage, else the
-   first passage among its ``metadata.collapsed`` hits, else the memory from its start), and of
+3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of each of the top
+   ``slice_hits`` results' ``slice_spans`` best-matching spans (``metadata.focus``: ``id``, then
+   ``next``; without a focus, the result when it is a passage, else the first passage among its
+   ``metadata.collapsed`` hits, else the memory from its start); of a result that is the memory
+   itself (its name or lead matched) whose best span is not its first, also its opening; and of
    the best ``slice_neighbors`` neighbors of round 2 that are neither a seed, a seed's own
-   passage, nor already sliced.
+   passage, nor already sliced (from their start). Each id is sliced once.
 
 *Returned text* = every name and content (preview, neighbor preview, span) the three rounds
 returned; a question is *exposed* when its answer phrase appears in it
@@ -58,18 +62,21 @@ RECALL_DEPTH = 5
 
 @dataclass(frozen=True)
 class LoopPlan:
-    """The bounds of the scripted loop (see the module docstring); fixed before any figure was
-    measured, and the same for every question."""
+    """The bounds of the scripted loop (see the module docstring); the same for every question.
+    The first plan (window 3 of 3,000 characters around the first collapsed hit of the top 2
+    results) was fixed before any figure was measured; this one replaced it on 2026-11-30 after
+    the diagnosis in docs/eval.md (search's ``metadata.focus``)."""
 
     search_limit: int = 5
     search_chars: int = 300
     expand_seeds: int = 3
     expand_limit: int = 8
     expand_chars: int = 300
-    slice_hits: int = 2
+    slice_hits: int = 3
+    slice_spans: int = 3
     slice_neighbors: int = 1
-    slice_window: int = 3
-    slice_chars: int = 3000
+    slice_window: int = 1
+    slice_chars: int = 1500
 
     def __post_init__(self) -> None:
         if self.search_limit < RECALL_DEPTH:
@@ -165,7 +172,7 @@ async def run_loop(
     rank_written = answer_rank(found_memories, question.answers)
     rank_hop_from = answer_rank(found_memories, [question.hop_from]) if question.hop_from else None
     for r in results:
-        texts += [r.name, r.content]
+        texts += [r.name, r.content, _excerpt(r)]
         touch(_memory_of(r))
     if exposed():
         exposed_round = 1
@@ -198,7 +205,11 @@ async def run_loop(
     # round 3: widen the best passages
     targets: list[str] = []
     for r in results[: plan.slice_hits]:
-        targets.append(_best_passage(r))
+        best = _best_passage(r)
+        targets.append(best)
+        targets += _next_spans(r)[: plan.slice_spans - 1]
+        if _opening_too(r, best):
+            targets.append(str(r.id))
     sliced_memories = {_memory_of(r) for r in results[: plan.slice_hits]}
     picked = 0
     for n in neighbors:
@@ -210,7 +221,7 @@ async def run_loop(
         targets.append(n.id)
         sliced_memories.add(memory)
         picked += 1
-    for target in targets:
+    for target in dict.fromkeys(targets):
         try:
             async with read_tx(engine) as conn:
                 window = await fetch_slice(
@@ -249,9 +260,33 @@ async def run_loop(
     )
 
 
+def _opening_too(result: Any, best: str) -> bool:
+    """Whether round 3 also widens ``result``'s memory from its start: when the result is the
+    memory itself (its name or lead matched, so its opening is evidence too) and its best span
+    is not already that opening."""
+    if result.parent_entity_id or best == str(result.id):
+        return False
+    focus = result.metadata.get("focus") or {}
+    return focus.get("passage_index") not in (None, 0)
+
+
+def _next_spans(result: Any) -> list[str]:
+    """A search result's next best-matching spans (``metadata.focus.next``), best first."""
+    return [str(i) for i in (result.metadata.get("focus") or {}).get("next") or ()]
+
+
+def _excerpt(result: Any) -> str:
+    """A search result's query-focused excerpt (``metadata.focus.excerpt``; "" when none)."""
+    return str((result.metadata.get("focus") or {}).get("excerpt") or "")
+
+
 def _best_passage(result: Any) -> str:
-    """The id to widen a search result around: itself when a passage; else the best of its
+    """The id to widen a search result around: its ``metadata.focus`` span (the memory's span
+    that best matches the query); without one, itself when a passage; else the best of its
     collapsed hits that is a passage of it; else the memory (sliced from its start)."""
+    focus = result.metadata.get("focus")
+    if focus and focus.get("id"):
+        return str(focus["id"])
     if result.parent_entity_id:
         return str(result.id)
     for other in result.metadata.get("collapsed") or ():

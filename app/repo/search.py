@@ -414,3 +414,138 @@ async def hits(
         )
         for r in rows
     }
+
+
+FOCUS_SQL = text(
+    f"""/* sibyl:search.focus */
+WITH words AS (  -- the query's words and weights, as in sibyl:search.candidates
+    SELECT w.ord, w.idf, tsvector_to_array(to_tsvector('english', w.word)) AS lexemes
+    FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[]))
+         WITH ORDINALITY AS w(word, idf, ord)
+    WHERE numnode(plainto_tsquery('english', w.word)) > 0
+),
+documents AS (  -- every current span of each readable memory (a memory never cut: itself)
+    SELECT t.id AS memory_id, p.id, p.passage_index, p.search_tsv AS tsv
+    FROM entities t
+    JOIN passages p ON p.org_id = t.org_id AND p.parent_id = t.id
+                   AND p.parent_revision = t.revision
+    WHERE t.org_id = :r_org AND t.id = ANY(CAST(:memories AS text[])) AND {readable("t")}
+  UNION ALL
+    SELECT t.id, t.id, NULL, t.search_tsv
+    FROM entities t
+    WHERE t.org_id = :r_org AND t.id = ANY(CAST(:memories AS text[])) AND t.passage_total = 0
+      AND {readable("t")}
+),
+lexeme_tf AS (  -- as in sibyl:search.candidates: query lexemes only, heading (A) boosted
+    SELECT c.id, u.lexeme,
+           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
+             * cardinality(array_positions(u.weights, 'C')) AS tf
+    FROM documents c
+    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
+    CROSS JOIN LATERAL unnest(ts_filter(
+        setweight(ts_filter(c.tsv, '{{a}}'), 'C', q.lexemes)
+          || setweight(ts_filter(c.tsv, '{{b}}'), 'D', q.lexemes),
+        '{{c,d}}')) u
+),
+word_tf AS (
+    SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
+    FROM words w
+    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
+    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
+    HAVING count(*) = cardinality(w.lexemes)
+),
+scored AS (  -- BM25, the same formula and constants as the full-text lane
+    SELECT c.memory_id, c.id, c.passage_index,
+           sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
+               / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
+                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))
+             AS text_rank
+    FROM documents c
+    JOIN word_tf x ON x.id = c.id
+    GROUP BY c.memory_id, c.id, c.passage_index, length(c.tsv)
+),
+best AS (  -- per memory, its :per_memory best spans (ties: the earlier span)
+    SELECT r.*
+    FROM (
+        SELECT s.*, row_number() OVER (PARTITION BY s.memory_id
+                                       ORDER BY s.text_rank DESC, s.passage_index NULLS FIRST)
+                      AS focus_rank
+        FROM scored s
+    ) r
+    WHERE r.focus_rank <= :per_memory
+)
+SELECT b.memory_id, b.id, b.passage_index, b.text_rank, b.focus_rank,
+       CASE WHEN b.focus_rank = 1 THEN left(coalesce(p.content, t.content), :text_chars)
+            ELSE '' END AS content
+FROM best b
+JOIN entities t ON t.org_id = :r_org AND t.id = b.memory_id
+LEFT JOIN passages p ON p.org_id = :r_org AND p.id = b.id AND b.passage_index IS NOT NULL
+ORDER BY b.memory_id, b.focus_rank"""
+)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One span of a memory that matches the query: ``id`` (a passage, or the memory itself when
+    never cut; ``passage_index`` then None) and its BM25 ``text_rank`` (> 0)."""
+
+    id: str
+    passage_index: int | None
+    text_rank: float
+
+
+@dataclass(frozen=True)
+class Focus:
+    """A memory's spans that best match the query, best first (at least one), and the first
+    :data:`FOCUS_TEXT_CHARS` characters of the best one's text."""
+
+    memory_id: str
+    spans: list[Span]
+    content: str
+
+
+FOCUS_TEXT_CHARS = 20_000
+"""The most characters of a focus span read for its excerpt (a prose span is at most 2,000
+characters but a single oversized leaf or a never-cut memory may be longer)."""
+
+
+async def focus(
+    conn: AsyncConnection,
+    *,
+    reader_params: dict[str, object],
+    memories: list[str],
+    words: list[str],
+    idfs: list[float],
+    per_memory: int = 3,
+    scoring: Scoring = Scoring(),
+) -> dict[str, Focus]:
+    """For each readable memory of ``memories`` (ids) that matches any of ``words`` (weights
+    ``idfs``): its ``per_memory`` (≥ 1) best spans by the full-text lane's BM25, over **all** its
+    current spans (not only those the candidate scans found), best first (ties: the earlier
+    span). Keyed by memory id; a memory with no match is absent. Only the memory's own rows are
+    scored: nothing another reader holds enters."""
+    if not memories or not words:
+        return {}
+    rows = await conn.execute(
+        FOCUS_SQL,
+        {
+            **reader_params,
+            "memories": memories,
+            "words": words,
+            "idfs": idfs,
+            "text_chars": FOCUS_TEXT_CHARS,
+            "per_memory": max(1, per_memory),
+            "k1": scoring.k1,
+            "b": scoring.b,
+            "avg_length": scoring.avg_length,
+            "field_boost": scoring.field_boost,
+        },
+    )
+    out: dict[str, Focus] = {}
+    for r in rows:
+        span = Span(id=r.id, passage_index=r.passage_index, text_rank=float(r.text_rank))
+        if r.memory_id in out:
+            out[r.memory_id].spans.append(span)
+        else:
+            out[r.memory_id] = Focus(memory_id=r.memory_id, spans=[span], content=r.content)
+    return out

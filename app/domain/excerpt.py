@@ -1,0 +1,103 @@
+"""Query-focused excerpts: the stretch of a text where a query's words are (search's ``focus``).
+
+:func:`excerpt` picks, in ``text``, the window of at most ``chars`` characters that holds the
+heaviest set of distinct query words (Σ of their weights; then more occurrences; then the
+earlier window), starting at the beginning of the line or sentence that holds its first match
+when that fits. A query word matches a text word that starts with the word's stem-like prefix
+(the word less up to two final letters, at least 4 letters: ``returns`` finds ``return`` and
+``returning``), case-insensitively, at a word boundary. Cuts fall on whitespace and are marked
+``...``; the result, markers included, is never longer than ``chars``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["excerpt"]
+
+_LEAD = 0.25
+"""How far before its first match (a share of ``chars``) a window may start to take in the start
+of that match's line or sentence."""
+
+
+def _pattern(word: str) -> re.Pattern[str]:
+    stem = word if len(word) <= 4 else word[: max(4, len(word) - 2)]
+    return re.compile(r"(?<!\w)" + re.escape(stem.casefold()), re.IGNORECASE)
+
+
+def _matches(text: str, words: Sequence[tuple[str, float]]) -> list[tuple[int, int, float]]:
+    """(position, word number, weight) of every query-word occurrence, by position."""
+    found: list[tuple[int, int, float]] = []
+    for n, (word, weight) in enumerate(words):
+        if not word.strip():
+            continue
+        for m in _pattern(word).finditer(text):
+            found.append((m.start(), n, weight))
+    found.sort()
+    return found
+
+
+def _start_of_context(text: str, position: int, earliest: int) -> int:
+    """The start of the line or sentence holding ``position``, not before ``earliest``."""
+    floor = max(0, earliest)
+    line = text.rfind("\n", floor, position)
+    sentence = max(text.rfind(". ", floor, position), text.rfind("? ", floor, position))
+    best = max(line, sentence)
+    if best >= 0:
+        return best + (1 if best == line else 2)
+    if floor == 0:
+        return 0
+    space = text.find(" ", floor, position)  # no boundary in reach: start at a word
+    return space + 1 if space >= 0 else position
+
+
+def excerpt(text: str, words: Sequence[tuple[str, float]], chars: int) -> str:
+    """The query-focused excerpt of ``text`` (see the module docstring): at most ``chars``
+    characters; ``text`` itself when it fits; its first ``chars`` (cut at whitespace, ``...``)
+    when no word matches; "" when ``chars`` ≤ 3 and the text does not fit. ``words``: (word,
+    weight > 0) pairs, as :func:`app.domain.terms.words` gives them."""
+    if len(text) <= chars:
+        return text
+    if chars <= 3:
+        return ""
+    found = _matches(text, words)
+    if not found or chars < 10:
+        return _cut_end(text, 0, chars)
+    span = chars - 6  # room for both markers
+    best: tuple[float, int, int] | None = None
+    best_start = 0
+    for i, (position, _, _) in enumerate(found):
+        seen: dict[int, float] = {}
+        count = 0
+        for other, n, weight in found[i:]:
+            if other + 1 > position + span:
+                break
+            seen[n] = weight
+            count += 1
+        key = (sum(seen.values()), count, -position)
+        if best is None or key > best:
+            best, best_start = key, position
+    start = _start_of_context(text, best_start, best_start - int(span * _LEAD))
+    if start <= 3:
+        start = 0
+    return _cut_end(text, start, chars)
+
+
+def _cut_end(text: str, start: int, chars: int) -> str:
+    """``text[start:]`` within ``chars`` characters, markers included: ``...`` before it when
+    ``start`` > 0, after it when cut (at the last whitespace, unless that lies before half)."""
+    lead = "..." if start > 0 else ""
+    room = chars - len(lead)
+    if room - 3 < 1:
+        return ""
+    rest = text[start:]
+    if len(rest) <= room:
+        return lead + rest.lstrip() if lead else rest
+    room -= 3
+    piece = rest[: room + 1]
+    cut = piece.rfind(" ", 0, room + 1)
+    newline = piece.rfind("\n", 0, room + 1)
+    cut = max(cut, newline)
+    body = rest[:cut] if cut >= room // 2 else rest[:room]
+    return (lead + body.strip() if lead else body.rstrip()) + "..."
