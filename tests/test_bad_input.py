@@ -115,3 +115,21 @@ async def test_non_finite_numbers_in_metadata_are_422_and_write_nothing(engine, 
     )
     assert edited.status_code == 422, edited.text
     assert (await call(client, "GET", "/api/entities/n1", ann)).json()["revision"] == 1
+
+
+async def test_oversized_streamed_body_is_413(client, key):
+    """Without Content-Length (chunked) the body is counted as it arrives; the limit must still
+    answer 413, not the parser's 400 for a body cut short."""
+    body = json.dumps({"entity_ids": ["x" * 1000] * 10_000}).encode()
+
+    async def chunks():
+        for start in range(0, len(body), 1 << 16):
+            yield body[start : start + (1 << 16)]
+
+    r = await client.post(
+        "/api/search/expand",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 413, r.text
+    assert r.json() == {"detail": "Request body is larger than 8388608 bytes"}
