@@ -414,7 +414,8 @@ def quickstart(
         finally:
             await engine.dispose()
 
-    if asyncio.run(count()) == 0:
+    imported = asyncio.run(count()) == 0
+    if imported:
         step(
             f"importing the PEP corpus from {get_settings().peps_dir} "
             "(the first time only; about 1.5 min on 2 busy cores)"
@@ -424,6 +425,9 @@ def quickstart(
         step("the database already holds memories: import skipped")
     step("detecting communities of org_python")
     _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
+    if imported:
+        step("vacuuming and analyzing the walk's tables after the import (a few seconds)")
+        vacuum_walk_tables()
     step("minting the demo keys")
     keys_file = demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
@@ -434,6 +438,24 @@ def quickstart(
             "(Ctrl-C stops)"
         )
         serve(host=host, port=port, quiet=True)
+
+
+def vacuum_walk_tables() -> None:
+    """``VACUUM (ANALYZE)`` the walk's tables, as ``sibyl-pg doctor`` advises after a bulk load:
+    without it, right after ``make run`` the doctor warns that no page is all-visible and that
+    ``community_members`` was never analyzed. Uses ``DATABASE_URL`` (else the embedded server)."""
+    from app.domain.doctor import VACUUM_SQL
+
+    async def go() -> None:
+        engine = make_engine()
+        try:
+            async with engine.connect() as conn:
+                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await auto.execute(text(VACUUM_SQL))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
 
 
 DEMO_WRITER = ("user_jelle_zijlstra", "TYPING_WRITER_KEY", "proj_typing")

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.team import Team, answer, call
 from tests.world import World
 
 
@@ -80,3 +81,55 @@ async def test_oversized_body_is_413(client, key):
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
     )
     assert r.status_code == 413 and "detail" in r.json()
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+async def test_non_finite_numbers_in_metadata_are_422_and_write_nothing(engine, client, number):
+    """Python's JSON reader takes NaN, Infinity and 1e400 (→ inf) as numbers; jsonb refuses
+    them. ``metadata`` is free-form, so no field type catches them: they must not reach the
+    database (a 500), on create or on edit."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    headers = {"Content-Type": "application/json"}
+    created = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        headers=headers,
+        content='{"id": "meta_nf", "type": "note", "name": "n", "project": "p1",'
+        f' "metadata": {{"a": [1, {{"secret_b": {number}}}]}}}}',
+    )
+    assert created.status_code == 422, created.text
+    assert created.json()["errors"][0]["loc"] == ["body", "metadata"]
+    assert "secret_b" not in created.text
+    assert answer(await call(client, "GET", "/api/entities/meta_nf", ann))[0] == 404
+
+    edited = await call(
+        client,
+        "PATCH",
+        "/api/entities/n1",
+        ann,
+        headers=headers,
+        content=f'{{"metadata": {{"score": {number}}}}}',
+    )
+    assert edited.status_code == 422, edited.text
+    assert (await call(client, "GET", "/api/entities/n1", ann)).json()["revision"] == 1
+
+
+async def test_oversized_streamed_body_is_413(client, key):
+    """Without Content-Length (chunked) the body is counted as it arrives; the limit must still
+    answer 413, not the parser's 400 for a body cut short."""
+    body = json.dumps({"entity_ids": ["x" * 1000] * 10_000}).encode()
+
+    async def chunks():
+        for start in range(0, len(body), 1 << 16):
+            yield body[start : start + (1 << 16)]
+
+    r = await client.post(
+        "/api/search/expand",
+        content=chunks(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 413, r.text
+    assert r.json() == {"detail": "Request body is larger than 8388608 bytes"}

@@ -149,6 +149,21 @@ async def test_a_422_names_fields_and_reasons_in_one_line(client, owner_key):
     ]
 
 
+async def test_several_unknown_fields_are_one_reason_said_once(client, owner_key):
+    r = await client.post(
+        "/api/search/expand",
+        json={"entity_ids": ["x"], SECRET: 1, SECRET + "2": 2, SECRET + "3": 3},
+        headers={"Authorization": f"Bearer {owner_key}"},
+    )
+    assert r.status_code == 422
+    assert r.json() == {
+        "detail": "Invalid request: body: Extra inputs are not permitted",
+        "errors": [
+            {"loc": ["body"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
+        ],
+    }
+
+
 async def test_a_400_is_a_message(client, owner_key):
     r = await client.post(
         "/api/search/expand",

@@ -16,7 +16,9 @@ class BodyLimit:
     """Refuse request bodies over ``max_bytes`` with ``413 {"detail": ...}``.
 
     A declared ``Content-Length`` over the limit is refused at once; a streamed body is counted
-    as it arrives and refused when it passes the limit.
+    as it arrives and refused when it passes the limit. The framework's body reader may catch
+    the exception raised then and answer 400 for a body it could not parse: that answer is
+    replaced by the 413.
     """
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
@@ -35,18 +37,25 @@ class BodyLimit:
             return
         seen = 0
         started = False
+        too_large = False
 
         async def counted() -> Message:
-            nonlocal seen
+            nonlocal seen, too_large
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    too_large = True
                     raise BodyTooLarge
             return message
 
         async def tracked(message: Message) -> None:
             nonlocal started
+            if too_large:  # the app answered a body cut short: the answer is the 413
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await self._refuse(send)
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

@@ -15,7 +15,7 @@ from app.core.migrations import head_revision
 from app.domain.expand import expand_neighbors
 from app.domain.reader import Reader
 from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
-from app.domain.session import run_read
+from app.domain.session import run_read, schema_missing
 from app.domain.slice import fetch_slice
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
@@ -60,12 +60,14 @@ async def readyz(request: Request) -> JSONResponse:
                     text("/* sibyl:readyz */ SELECT version_num FROM alembic_version")
                 )
             ).scalar()
-    except Exception:
-        return JSONResponse(
-            {"status": "unavailable", "detail": "database unreachable"},
-            status_code=503,
-            headers={"Retry-After": "2"},
-        )
+    except Exception as error:
+        if not schema_missing(error):
+            return JSONResponse(
+                {"status": "unavailable", "detail": "database unreachable"},
+                status_code=503,
+                headers={"Retry-After": "2"},
+            )
+        current = None  # the database answers, but nobody migrated it
     if current != head_revision():
         return JSONResponse(
             {"status": "unavailable", "detail": "database schema is not at the newest migration"},

@@ -87,14 +87,17 @@ def shape_errors(errors: Sequence[Mapping[str, Any]]) -> list[ShapeError]:
     """Validation errors (pydantic's ``errors()``) as ``{"loc", "msg", "type"}`` dicts, without the
     rejected input (it may be an id the caller may not read, or not even JSON-encodable). The
     name of an unknown field is the caller's text as well: its error points at the object that
-    holds it (``loc`` without the name, ``type: extra_forbidden``)."""
+    holds it (``loc`` without the name, ``type: extra_forbidden``), and several unknown fields
+    of one object are one error (the same reason, said once)."""
     out: list[ShapeError] = []
     for error in errors:
         loc = [part for part in error.get("loc", ()) if isinstance(part, (str, int))]
         kind = str(error.get("type"))
         if kind == "extra_forbidden" and loc:
             loc = loc[:-1]  # the unknown field's name is the caller's text too: not echoed
-        out.append({"loc": loc, "msg": str(error.get("msg", "")), "type": kind})
+        shaped: ShapeError = {"loc": loc, "msg": str(error.get("msg", "")), "type": kind}
+        if shaped not in out:
+            out.append(shaped)
     return out
 
 

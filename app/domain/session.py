@@ -22,6 +22,8 @@ from app.repo.readers import reader_by_key
 T = TypeVar("T")
 
 _UNAVAILABLE_CLASSES = ("08", "53", "57P")  # connection, resources, operator intervention
+_UNDEFINED_TABLE = "42P01"  # the schema is missing: nobody ran the migrations on this database
+SCHEMA_BEHIND = "The database schema is not at the newest migration (run `sibyl-pg migrate`)"
 _RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock detected: run it again
 WRITE_ATTEMPTS = 3
 
@@ -35,12 +37,20 @@ def _sqlstate(error: BaseException) -> str | None:
     return None
 
 
+def schema_missing(error: BaseException) -> bool:
+    """True when ``error`` is PostgreSQL saying a table does not exist: a database the service
+    was started on before ``sibyl-pg migrate`` ran (every statement names a table of the schema)."""
+    return isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == _UNDEFINED_TABLE
+
+
 def as_unavailable(error: BaseException) -> Unavailable | None:
     """The 503 a database fault maps to, or None when ``error`` is not a fault (a bug: 500)."""
     if isinstance(error, sa_exc.TimeoutError):
         return Unavailable("Database is saturated, retry later")
     if isinstance(error, (OSError, ConnectionError)):
         return Unavailable()
+    if schema_missing(error):
+        return Unavailable(SCHEMA_BEHIND, retry_after=10)
     if isinstance(error, sa_exc.DBAPIError):
         code = _sqlstate(error)
         if code == "57014":

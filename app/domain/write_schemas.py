@@ -9,10 +9,11 @@ a 400 raised by the domain with the reason.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 Scope = Literal["project", "private", "org"]
 Lifecycle = Literal["active", "superseded", "retired"]
@@ -20,6 +21,28 @@ OrgRole = Literal["owner", "admin", "member", "viewer"]
 ProjectRole = Literal["viewer", "contributor", "maintainer", "owner"]
 Visibility = Literal["private", "org"]
 KeyScope = Literal["read", "write", "admin"]
+
+
+def _finite(value: Any) -> bool:
+    """True when no number inside ``value`` is NaN or infinite (jsonb cannot store them)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(item) for item in value.values())
+    if isinstance(value, list):
+        return all(_finite(item) for item in value)
+    return True
+
+
+def _json_numbers(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` unchanged; a validation error (422) when it holds NaN or an infinity, which
+    Python's JSON reader accepts (``NaN``, ``Infinity``, ``1e400``) but JSON and jsonb do not."""
+    if not _finite(value):
+        raise ValueError("numbers must be finite (no NaN or Infinity)")
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_json_numbers)]
 
 
 class _Request(BaseModel):
@@ -61,7 +84,7 @@ class EntityCreate(_Request):
         default=None, description="The project it lives in (needs contributor there)."
     )
     lifecycle: Lifecycle = Field(default="active", description="active, superseded or retired.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Any JSON object.")
+    metadata: JsonObject = Field(default_factory=dict, description="Any JSON object.")
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
 
 
@@ -78,7 +101,7 @@ class EntityPatch(_Request):
     scope: Scope | None = None
     project: StrictStr | None = None
     lifecycle: Lifecycle | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
 
 
