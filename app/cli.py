@@ -205,7 +205,7 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
     unknown org is an error, or silently skipped with ``skip_missing``."""
     from app.core.db import write_tx
     from app.domain.communities import RebuildSummary, rebuild
-    from app.repo.communities import org_ids
+    from app.repo.communities import org_ids, vacuum
 
     async def go() -> list[RebuildSummary]:
         engine = make_engine()
@@ -219,6 +219,9 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
             for org_id in known if orgs is None else [o for o in orgs if o in known]:
                 async with write_tx(engine) as conn:
                     out.append(await rebuild(conn, org_id=org_id))
+            # a bulk rewrite: fresh statistics and visibility map (autovacuum may be off)
+            async with engine.connect() as conn:
+                await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
             return out
         finally:
             await engine.dispose()
@@ -414,8 +417,7 @@ def quickstart(
         finally:
             await engine.dispose()
 
-    imported = asyncio.run(count()) == 0
-    if imported:
+    if asyncio.run(count()) == 0:
         step(
             f"importing the PEP corpus from {get_settings().peps_dir} "
             "(the first time only; about 1.5 min on 2 busy cores)"
@@ -425,9 +427,6 @@ def quickstart(
         step("the database already holds memories: import skipped")
     step("detecting communities of org_python")
     _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
-    if imported:
-        step("vacuuming and analyzing the walk's tables after the import (a few seconds)")
-        vacuum_walk_tables()
     step("minting the demo keys")
     keys_file = demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
@@ -438,24 +437,6 @@ def quickstart(
             "(Ctrl-C stops)"
         )
         serve(host=host, port=port, quiet=True)
-
-
-def vacuum_walk_tables() -> None:
-    """``VACUUM (ANALYZE)`` the walk's tables, as ``sibyl-pg doctor`` advises after a bulk load:
-    without it, right after ``make run`` the doctor warns that no page is all-visible and that
-    ``community_members`` was never analyzed. Uses ``DATABASE_URL`` (else the embedded server)."""
-    from app.domain.doctor import VACUUM_SQL
-
-    async def go() -> None:
-        engine = make_engine()
-        try:
-            async with engine.connect() as conn:
-                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await auto.execute(text(VACUUM_SQL))
-        finally:
-            await engine.dispose()
-
-    asyncio.run(go())
 
 
 DEMO_WRITER = ("user_jelle_zijlstra", "TYPING_WRITER_KEY", "proj_typing")

@@ -78,6 +78,10 @@ HAS_COMMUNITIES_SQL = text(
 SELECT EXISTS (SELECT 1 FROM communities WHERE org_id = :org)"""
 )
 
+# After a rebuild (a bulk rewrite of both tables): fresh statistics and visibility map, since the
+# servers may run without autovacuum; VACUUM cannot run inside a transaction block.
+VACUUM_SQL = text("/* sibyl:communities.vacuum */ VACUUM (ANALYZE) communities, community_members")
+
 ORG_IDS_SQL = text(
     """/* sibyl:communities.orgs */
 SELECT id FROM orgs ORDER BY id"""
@@ -163,3 +167,8 @@ async def retire(conn: AsyncConnection, *, org_id: str, entity_ids: Sequence[str
 async def has_communities(conn: AsyncConnection, *, org_id: str) -> bool:
     """True when ``org_id`` has any community (a bulk write skips retiring otherwise)."""
     return bool((await conn.execute(HAS_COMMUNITIES_SQL, {"org": org_id})).scalar())
+
+
+async def vacuum(conn: AsyncConnection) -> None:
+    """``VACUUM (ANALYZE)`` the community tables; ``conn`` must be in autocommit mode."""
+    await conn.execute(VACUUM_SQL)
