@@ -555,3 +555,23 @@ async def test_a_never_cut_body_too_rich_to_index_is_a_400_not_a_500(engine, cli
     ok = {**body, "id": "t_long", "content": long_task}
     assert (await call(client, "POST", "/api/entities", ann, json=ok)).status_code == 201
     assert "t_long" in await search_ids(client, ann, "zebrafinch")
+
+
+async def test_a_path_id_names_exactly_one_memory_spaces_included(engine, client):
+    # An id in the path is compared as sent: `memo ` (with a trailing space) is no memory, so
+    # GET, PATCH, DELETE and a grant on it answer as for any absent id and leave `memo` alone.
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    body = {"id": "memo", "type": "note", "name": "Memo", "content": "kept", "project": "p1"}
+    assert (await call(client, "POST", "/api/entities", ann, json=body)).status_code == 201
+    absent = answer(await call(client, "GET", "/api/entities/nothing_here", ann))
+    for method, path, kwargs in (
+        ("GET", "/api/entities/memo%20", {}),
+        ("PATCH", "/api/entities/memo%20", {"json": {"name": "Changed"}}),
+        ("DELETE", "/api/entities/%20memo", {}),
+        ("PUT", "/api/entities/memo%20/grants/user_bob", {}),
+    ):
+        got = answer(await call(client, method, path, ann, **kwargs))
+        assert got == absent, (method, path, got)
+    r = await call(client, "GET", "/api/entities/memo", ann)
+    assert r.status_code == 200 and r.json()["name"] == "Memo" and r.json()["revision"] == 1

@@ -227,7 +227,7 @@ async def grant(
 
     async def verb(conn: AsyncConnection, reader: Reader) -> GrantOut:
         await verbs.set_grant(conn, reader, entity_id, user_id, granted=True)
-        return GrantOut(entity_id=entity_id.strip(), user_id=user_id.strip())
+        return GrantOut(entity_id=entity_id, user_id=user_id)
 
     return await _write(request, credentials, verb)
 

@@ -127,7 +127,7 @@ async def get_entity(conn: AsyncConnection, reader: Reader, entity_id: str) -> E
     Raises ``NotFound`` (404 "Entity not found") when absent or unreadable; a passage id is not
     a memory (read it with ``fetch_slice``).
     """
-    row = await repo.get_entity(conn, reader_params=reader.params(), entity_id=entity_id.strip())
+    row = await repo.get_entity(conn, reader_params=reader.params(), entity_id=entity_id)
     if row is None:
         raise NotFound()
     return EntityOut(**row.__dict__)
@@ -197,7 +197,7 @@ async def update_entity(
     ``PreconditionFailed`` (If-Match does not name the current revision) and ``BadRequest``.
     """
     target = await permissions.writable_target(
-        conn, reader, entity_id.strip(), lock="no_key_update"
+        conn, reader, entity_id, lock="no_key_update"
     )
     if if_match is not None and target.revision not in if_match:
         raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
@@ -263,7 +263,7 @@ async def delete_entity(
 ) -> None:
     """Delete a memory with everything derived from it (passages, mentions, edges, grants,
     community memberships). Raises ``NotFound``, ``Forbidden``, ``PreconditionFailed``."""
-    target = await permissions.writable_target(conn, reader, entity_id.strip())
+    target = await permissions.writable_target(conn, reader, entity_id)
     if if_match is not None and target.revision not in if_match:
         raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
     await write_rules.retire_communities(conn, org_id=reader.org_id, ids=[target.id])
@@ -346,13 +346,13 @@ async def set_grant(
     when the admin can read the memory themselves: nobody grants what they cannot read. Raises
     ``NotFound`` (memory or user absent/unreadable, or no such grant to revoke), ``Forbidden``.
     """
-    found = await permissions.load_targets(conn, reader, [entity_id.strip()], lock="share")
-    target = found.get(entity_id.strip())
+    found = await permissions.load_targets(conn, reader, [entity_id], lock="share")
+    target = found.get(entity_id)
     if target is None:
         raise NotFound()
     if not (target.owner_id == reader.user_id or (as_admin and permissions.is_org_admin(reader))):
         raise Forbidden("Only the memory's owner (or an org admin) may share it")
-    user = user_id.strip()
+    user = user_id
     if not await user_in_org(conn, org_id=reader.org_id, user_id=user):
         raise NotFound("User not found")
     if granted:
