@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from app.bench.cli import bench_cli
 from app.cli_admin import register as register_admin_commands
-from app.cli_progress import console, counted, port_in_use, progress, step
+from app.cli_progress import console, port_in_use, progress, step
 from app.core.db import database_url, make_engine
 from app.core.errors import DomainError
 from app.core.settings import get_settings
@@ -111,27 +111,28 @@ def _run_import(
 
     terminal = console.is_terminal
 
-    async def go(items: Iterable[Any]) -> ndjson.ImportSummary:
+    async def go(written: Callable[[int], None] | None) -> ndjson.ImportSummary:
         engine = make_engine()
         try:
             return await ndjson.import_records(
                 engine,
-                items,
+                records,
                 total=total,
                 batch_size=batch_size,
                 evidence_lines=get_settings().evidence_lines,
                 show_progress=terminal,
                 atomic=atomic,
+                on_written=written,
             )
         finally:
             await engine.dispose()
 
     try:
         if terminal:
-            summary = asyncio.run(go(records))
-        else:
+            summary = asyncio.run(go(None))
+        else:  # lines as records are applied, and a heartbeat while a bulk write runs
             with progress("importing records", total) as advance:
-                summary = asyncio.run(go(counted(records, advance)))
+                summary = asyncio.run(go(advance))
     except ndjson.ImportError_ as exc:
         raise _err(f"import stopped at {exc} ({exc.outcome()})") from None
     typer.echo(summary.render())

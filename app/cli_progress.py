@@ -9,8 +9,9 @@ at least every :data:`QUIET_SECONDS` seconds, so no stretch of work is silent.
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -19,8 +20,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 T = TypeVar("T")
 
-QUIET_SECONDS = 10.0
-"""On a non-terminal, a progress line is printed after at most this many seconds of work."""
+QUIET_SECONDS = 5.0
+"""On a non-terminal, a progress line is printed after at most this many seconds of work, even
+while nothing advances (a heartbeat thread)."""
 
 MIN_GAP_SECONDS = 1.0
 """On a non-terminal, progress lines are at least this far apart (a quick job prints one line)."""
@@ -60,26 +62,40 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
     started = last = time.monotonic()
     done = 0
     tenth = max((total or 0) // 10, 1)
+    lock = threading.Lock()
+    finished = threading.Event()
+
+    def say(now: float) -> None:
+        nonlocal last
+        last = now
+        of = f"/{total}" if total else ""
+        console.print(f"  {label}: {done}{of} ({now - started:.0f} s)")
 
     def advance(n: int = 1) -> None:
-        nonlocal done, last
-        before, done = done, done + n
-        now = time.monotonic()
-        crossed = before // tenth != done // tenth and now - last >= MIN_GAP_SECONDS
-        if crossed or now - last >= QUIET_SECONDS:
-            last = now
-            of = f"/{total}" if total else ""
-            console.print(f"  {label}: {done}{of}")
+        nonlocal done
+        with lock:
+            before, done = done, done + n
+            now = time.monotonic()
+            crossed = before // tenth != done // tenth and now - last >= MIN_GAP_SECONDS
+            if crossed or now - last >= QUIET_SECONDS:
+                say(now)
 
-    yield advance
+    def heartbeat() -> None:
+        # a phase that advances nothing for a while (a bulk write, a VACUUM) still says so
+        while not finished.wait(QUIET_SECONDS / 2):
+            with lock:
+                now = time.monotonic()
+                if now - last >= QUIET_SECONDS:
+                    say(now)
+
+    beat = threading.Thread(target=heartbeat, name=f"progress: {label}", daemon=True)
+    beat.start()
+    try:
+        yield advance
+    finally:
+        finished.set()
+        beat.join()
     console.print(f"  {label}: {done} done in {time.monotonic() - started:.0f} s")
-
-
-def counted(items: Iterable[T], advance: Callable[[int], None]) -> Iterator[T]:
-    """``items`` unchanged, calling ``advance(1)`` after each one is taken."""
-    for item in items:
-        yield item
-        advance(1)
 
 
 def port_in_use(host: str, port: int) -> bool:

@@ -393,6 +393,7 @@ async def import_records(
     evidence_lines: int = 40,
     show_progress: bool = False,
     atomic: bool = True,
+    on_written: Callable[[int], None] | None = None,
 ) -> ImportSummary:
     """Write numbered records; return the summary.
 
@@ -400,7 +401,8 @@ async def import_records(
     leaves nothing written (``batch_size``: lines per step of the "reading" progress bar).
     Otherwise one committed transaction per batch of ``batch_size`` lines. Raises
     ``ImportError_`` for the first bad line (a validation error of a later line surfaces when it
-    is reached); its ``committed`` says which lines stay written (None: none).
+    is reached); its ``committed`` says which lines stay written (None: none). ``on_written(n)``
+    is told of every ``n`` records applied (for a caller's own progress display).
     """
     summary = ImportSummary()
     progress = Progress(
@@ -417,6 +419,8 @@ async def import_records(
 
         def advance(n: int) -> None:
             progress.update(task, advance=n)
+            if on_written is not None:
+                on_written(n)
 
         try:
             with write_rules.settling() as unsettled:
@@ -549,8 +553,9 @@ async def _write_batch(
         items = by_kind.get(kind, [])
         if not items:
             continue
-        if kind == "entity":
-            await _entities(conn, items, outcomes, evidence_lines)
+        if kind == "entity":  # the longest kind (cutting, indexing): it advances as it goes
+            await _entities(conn, items, outcomes, evidence_lines, advance)
+            continue
         elif kind == "edge":
             await _edges(conn, items, outcomes, rels)
         elif kind == "mention":
@@ -569,7 +574,11 @@ async def _write_batch(
 
 
 async def _entities(
-    conn: AsyncConnection, items: Numbered, outcomes: Counter[str], evidence_lines: int
+    conn: AsyncConnection,
+    items: Numbered,
+    outcomes: Counter[str],
+    evidence_lines: int,
+    advance: Callable[[int], None] = lambda n: None,
 ) -> None:
     """New memories set-based (:func:`create_entities`); a memory already stored, or stated a
     second time, one by one through :func:`save_entity` after them."""
@@ -580,6 +589,7 @@ async def _entities(
             async with _at(n):
                 data = _entity_data(rec)
                 prepared.append((n, rec, data, checked_cut(data, evidence_lines=evidence_lines)))
+            advance(1)  # cut and checked; the set-based writes follow for the whole kind
         first = recs[0][0]
         if not await writes.org_exists(conn, org_id=org):
             raise ImportError_(first, f"org '{org}' does not exist")
