@@ -25,7 +25,9 @@ $(STAMP): pyproject.toml
 	@echo "› creating .venv and installing sibyl-pg with its dependencies (first time: 1-2 min)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --progress-bar on -e '.[dev]'
+	@# pip says nothing while it unpacks and installs (10-20 s): a line every 8 s says it still works
+	@( while sleep 8; do echo "  … pip is still installing"; done ) & ticker=$$!; \
+	  $(BIN)/pip install --progress-bar on -e '.[dev]'; status=$$?; kill $$ticker; exit $$status
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
