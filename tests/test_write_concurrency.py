@@ -1,6 +1,7 @@
 """Concurrent writers (contract §9, issue 5): identical edges from two OS processes leave one
 edge and no 500; concurrent ``If-Match`` PATCHes have exactly one winner; concurrent writers
-cannot close a SUPERSEDES cycle together, create one id twice, or deadlock each other.
+cannot close a SUPERSEDES cycle together, create one id twice, or deadlock each other; two
+imports of overlapping files take turns.
 """
 
 from __future__ import annotations
@@ -222,3 +223,43 @@ async def test_concurrent_creates_of_one_id_and_mixed_writers_never_fail(engine,
         r.text for r in answers if r.status_code >= 300
     ]
     assert await edge_count(engine, t.org) == 5
+
+
+async def test_two_imports_of_overlapping_files_at_once_both_complete(engine, database_url):
+    """Each import reads what is stored, then inserts what is new: two at once over the same
+    ids take turns (issue 13's attack), so neither fails on a duplicate key."""
+    from app.importers import ndjson
+
+    t = await Team().load(engine)
+
+    def file(lo: int, hi: int) -> list[dict]:
+        rec = {"kind": "entity", "org": t.org, "type": "note", "project": "p1"}
+        out = [
+            {**rec, "id": f"k{i}", "name": f"K{i}", "content": f"[[k{i + 1}]]", "owner": t.u("ann")}
+            for i in range(lo, hi)
+        ]
+        return out + [
+            {"kind": "edge", "org": t.org, "src": f"k{i}", "dst": f"k{i - 1}", "relationship": "R"}
+            for i in range(lo + 1, hi)
+        ]
+
+    second = make_engine(database_url)
+    try:
+        for _ in range(3):
+            first_file, second_file = file(0, 400), file(200, 600)
+            await asyncio.gather(
+                ndjson.import_records(engine, ndjson.from_dicts(first_file)),
+                ndjson.import_records(second, ndjson.from_dicts(second_file)),
+            )
+    finally:
+        await second.dispose()
+    assert (
+        await scalar(
+            engine, "SELECT count(*) FROM entities WHERE org_id = :o AND id LIKE 'k%'", o=t.org
+        )
+        == 600
+    )
+    mentions = "SELECT count(*) FROM mentions WHERE org_id = :o AND src_id LIKE 'k%'"
+    assert await scalar(engine, mentions, o=t.org) == 599
+    pending = "SELECT string_agg(dst_id, ',') FROM pending_links WHERE org_id = :o"
+    assert await scalar(engine, pending, o=t.org) == "k600"

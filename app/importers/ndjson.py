@@ -167,6 +167,9 @@ _RECORD = TypeAdapter(Record)
 ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
 # For the import's transaction only: room to sort a large batch in memory.
 BULK_SETTINGS_SQL = "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true)"
+# Imports take turns, a transaction at a time: each reads what is stored, then inserts what is
+# new, so two at once over the same ids would both insert them (a duplicate key for the later).
+IMPORT_LOCK_SQL = "/* sibyl:import.lock */ SELECT pg_advisory_xact_lock(hashtext('sibyl:import'))"
 VACUUM_TIMEOUT_S = 600.0
 VACUUM_SQL = (
     "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
@@ -423,6 +426,7 @@ async def import_records(
                 if atomic:
                     async with engine.begin() as conn:
                         await conn.execute(text(BULK_SETTINGS_SQL))
+                        await conn.execute(text(IMPORT_LOCK_SQL))
                         reading = progress.add_task("reading", total=total)
                         everything = []
                         for item in records:
@@ -435,6 +439,7 @@ async def import_records(
                     async for batch in _batches(records, batch_size):
                         async with engine.begin() as conn:
                             await conn.execute(text(BULK_SETTINGS_SQL))
+                            await conn.execute(text(IMPORT_LOCK_SQL))
                             await _write_batch(conn, batch, summary, evidence_lines, advance)
                         committed = batch[-1][0]
                 async with engine.begin() as conn:  # links a concurrent write left: settled now
