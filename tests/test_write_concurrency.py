@@ -263,3 +263,35 @@ async def test_two_imports_of_overlapping_files_at_once_both_complete(engine, da
     assert await scalar(engine, mentions, o=t.org) == 599
     pending = "SELECT string_agg(dst_id, ',') FROM pending_links WHERE org_id = :o"
     assert await scalar(engine, pending, o=t.org) == "k600"
+
+
+async def test_a_create_racing_an_import_of_the_same_id_is_a_409(engine, client):
+    """An import takes no per-id lock: a REST create of an id an import is inserting waits for
+    the import, then answers 409 as for any taken id (was: a 500 on the duplicate key)."""
+    from app.domain import write_rules
+    from app.repo import writes
+
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    fields = {
+        "id": "raced",
+        "type": "note",
+        "name": "From the import",
+        "content": "",
+        "project_id": "p1",
+        "scope": "project",
+        "owner_id": t.u("ann"),
+        "lifecycle": "active",
+        "metadata": {},
+    }
+    body = {"id": "raced", "type": "note", "name": "From REST", "project": "p1"}
+    async with engine.connect() as importer:
+        await importer.begin()
+        await writes.insert_entity(importer, org_id=t.org, fields=fields)
+        create = asyncio.create_task(call(client, "POST", "/api/entities", ann, json=body))
+        await asyncio.sleep(0.5)  # the create is waiting on the import's row
+        await importer.commit()
+    r = await create
+    assert (r.status_code, r.json()["detail"]) == (409, write_rules.ID_TAKEN)
+    name = "SELECT name FROM entities WHERE org_id = :o AND id = 'raced'"
+    assert await scalar(engine, name, o=t.org) == "From the import"
