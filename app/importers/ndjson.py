@@ -57,7 +57,7 @@ from app.domain.memories import (
     save_entity,
     unchanged,
 )
-from app.domain.validation import stored_relationship
+from app.domain.validation import BAD_TEXT, stored_relationship
 from app.repo import communities as community_repo
 from app.repo import writes
 
@@ -238,25 +238,50 @@ def parse_line(line_no: int, raw: str) -> Record | None:
     if not raw.strip():
         return None
     try:  # the fast path: pydantic parses and validates in one go
-        return _RECORD.validate_json(raw)
+        rec = _RECORD.validate_json(raw)
     except ValidationError:
         pass  # the slow path below words the first problem
+    else:
+        if "\\u0000" in raw:  # a NUL escaped in a string: PostgreSQL text cannot hold it
+            _refuse_nul(line_no, rec.model_dump(mode="json"), kind=rec.kind)
+        return rec
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ImportError_(line_no, f"not valid JSON ({exc.msg})") from None
     try:
-        return _RECORD.validate_python(obj)
+        rec = _RECORD.validate_python(obj)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "record"
         raise ImportError_(line_no, f"{where}: {err['msg']}") from None
+    _refuse_nul(line_no, rec.model_dump(mode="json"), kind=rec.kind)
+    return rec
+
+
+def _refuse_nul(line_no: int, value: Any, *, kind: str) -> None:
+    """``ImportError_`` naming the first field of ``value`` holding a NUL character, as REST
+    refuses it (``validation.clean_text``)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if "\x00" in k:
+                raise ImportError_(line_no, f"{kind}: {BAD_TEXT}")
+            _refuse_nul(line_no, v, kind=f"{kind}.{k}")
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_nul(line_no, v, kind=kind)
+    elif isinstance(value, str) and "\x00" in value:
+        raise ImportError_(line_no, f"{kind}: {BAD_TEXT}")
 
 
 def read_file(path: Path) -> Iterator[tuple[int, Record]]:
     """Numbered, validated records of an NDJSON file (1-based line numbers)."""
-    with path.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for n, data in enumerate(fh, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ImportError_(n, f"not valid UTF-8 (byte {exc.start + 1})") from None
             rec = parse_line(n, raw)
             if rec is not None:
                 yield n, rec
