@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 
 import httpx
+import pytest
 
 from app.api.app import create_app
 from app.core.db import make_engine
@@ -293,5 +294,41 @@ async def test_a_create_racing_an_import_of_the_same_id_is_a_409(engine, client)
         await importer.commit()
     r = await create
     assert (r.status_code, r.json()["detail"]) == (409, write_rules.ID_TAKEN)
+    name = "SELECT name FROM entities WHERE org_id = :o AND id = 'raced'"
+    assert await scalar(engine, name, o=t.org) == "From the import"
+
+
+async def test_an_import_racing_a_create_of_the_same_id_names_it(engine, tmp_path):
+    """The other way round: a REST create commits an id an import is inserting. The import
+    stops naming that id (was: "refers to ... that does not exist"); run again, it completes."""
+    from app.importers import ndjson
+    from app.repo import writes
+
+    t = await Team().load(engine)
+    fields = {
+        "id": "raced",
+        "type": "note",
+        "name": "From REST",
+        "content": "",
+        "project_id": "p1",
+        "scope": "project",
+        "owner_id": t.u("ann"),
+        "lifecycle": "active",
+        "metadata": {},
+    }
+    rec = {"kind": "entity", "org": t.org, "type": "note", "project": "p1", "owner": t.u("ann")}
+    records = [{**rec, "id": "raced", "name": "From the import"}]
+    async with engine.connect() as rest:
+        await rest.begin()
+        await writes.insert_entity(rest, org_id=t.org, fields=fields)
+        task = asyncio.create_task(ndjson.import_records(engine, ndjson.from_dicts(records)))
+        await asyncio.sleep(0.5)  # the import is waiting on the create's row
+        await rest.commit()
+    with pytest.raises(ndjson.ImportError_) as err:
+        await task
+    assert err.value.line == 1
+    assert f"entity 'raced' was created in org '{t.org}' by another writer" in err.value.reason
+    again = await ndjson.import_records(engine, ndjson.from_dicts(records))
+    assert again.outcomes["entity:created"] == 0
     name = "SELECT name FROM entities WHERE org_id = :o AND id = 'raced'"
     assert await scalar(engine, name, o=t.org) == "From the import"

@@ -512,6 +512,7 @@ async def _batches(
 _FK_DETAIL = re.compile(
     r'Key \((?P<cols>[^)]*)\)=\((?P<vals>[^)]*)\) is not present in table "(?P<t>\w+)"'
 )
+_TAKEN_DETAIL = re.compile(r"Key \(org_id, id\)=\((?P<org>[^,]*), (?P<id>[^)]*)\) already exists")
 
 
 def _integrity_reason(exc: IntegrityError) -> str:
@@ -519,6 +520,13 @@ def _integrity_reason(exc: IntegrityError) -> str:
     orig = exc.orig
     cause = getattr(orig, "__cause__", None)
     detail = str(getattr(orig, "detail", None) or getattr(cause, "detail", None) or "")
+    taken = _TAKEN_DETAIL.search(detail)
+    constraint = getattr(orig, "constraint_name", None) or getattr(cause, "constraint_name", None)
+    if taken is not None and constraint == "pk_entities":
+        return (
+            f"entity '{taken['id']}' was created in org '{taken['org']}' by another writer "
+            "meanwhile; run the import again"
+        )
     match = _FK_DETAIL.search(detail)
     if match is not None:
         pairs = dict(zip(match["cols"].split(", "), match["vals"].split(", "), strict=False))
