@@ -71,7 +71,8 @@ def import_(
     with its number and the offending id."""
     from app.importers import ndjson
 
-    total = sum(1 for line in file.open(encoding="utf-8") if line.strip())
+    with file.open("rb") as fh:  # bytes: a line that is not UTF-8 is reported by the import
+        total = sum(1 for line in fh if line.strip())
     records = ndjson.read_file(file)
     _run_import(records, total=total, batch_size=batch_size, atomic=not commit_batches)
 

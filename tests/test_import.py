@@ -177,6 +177,17 @@ async def test_commit_batches_says_exactly_which_lines_were_committed(engine, tm
             '{"kind": "edge", "org": "o", "src": "a", "dst": "b", "relationship": "NO-DASH"}',
             "relationship",
         ),
+        # a NUL is refused as REST refuses it, naming its field (was: "the database refused")
+        (
+            '{"kind": "entity", "id": "e", "org": "o", "type": "note", "name": "n",'
+            ' "content": "a\\u0000b"}',
+            "entity.content: text must be valid UTF-8 without NUL characters",
+        ),
+        (
+            '{"kind": "entity", "id": "e", "org": "o", "type": "note", "name": "n",'
+            ' "metadata": {"k": ["\\u0000"]}}',
+            "entity.metadata.k: text must be valid UTF-8 without NUL characters",
+        ),
     ],
 )
 def test_malformed_lines_name_their_line(line, reason):
@@ -268,6 +279,17 @@ def test_cli_import_and_keys_create(database_url, tmp_path):
     )
     assert failed.returncode == 1 and "line 1" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_cli_import_names_a_line_that_is_not_utf8(database_url, tmp_path):
+    path = tmp_path / "latin1.ndjson"
+    path.write_bytes(b'{"kind": "org", "id": "o_utf8", "name": "O"}\n{"name": "caf\xe9"}\n')
+    env = {**os.environ, "DATABASE_URL": database_url}
+    failed = subprocess.run(
+        [SIBYL, "import", str(path)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert "line 2: not valid UTF-8" in failed.stderr
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Concurrent writers (contract §9, issue 5): identical edges from two OS processes leave one
 edge and no 500; concurrent ``If-Match`` PATCHes have exactly one winner; concurrent writers
-cannot close a SUPERSEDES cycle together, create one id twice, or deadlock each other.
+cannot close a SUPERSEDES cycle together, create one id twice, or deadlock each other; two
+imports of overlapping files take turns.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections import Counter
 
 import httpx
+import pytest
 
 from app.api.app import create_app
 from app.core.db import make_engine
@@ -222,3 +224,111 @@ async def test_concurrent_creates_of_one_id_and_mixed_writers_never_fail(engine,
         r.text for r in answers if r.status_code >= 300
     ]
     assert await edge_count(engine, t.org) == 5
+
+
+async def test_two_imports_of_overlapping_files_at_once_both_complete(engine, database_url):
+    """Each import reads what is stored, then inserts what is new: two at once over the same
+    ids take turns (issue 13's attack), so neither fails on a duplicate key."""
+    from app.importers import ndjson
+
+    t = await Team().load(engine)
+
+    def file(lo: int, hi: int) -> list[dict]:
+        rec = {"kind": "entity", "org": t.org, "type": "note", "project": "p1"}
+        out = [
+            {**rec, "id": f"k{i}", "name": f"K{i}", "content": f"[[k{i + 1}]]", "owner": t.u("ann")}
+            for i in range(lo, hi)
+        ]
+        return out + [
+            {"kind": "edge", "org": t.org, "src": f"k{i}", "dst": f"k{i - 1}", "relationship": "R"}
+            for i in range(lo + 1, hi)
+        ]
+
+    second = make_engine(database_url)
+    try:
+        for _ in range(3):
+            first_file, second_file = file(0, 400), file(200, 600)
+            await asyncio.gather(
+                ndjson.import_records(engine, ndjson.from_dicts(first_file)),
+                ndjson.import_records(second, ndjson.from_dicts(second_file)),
+            )
+    finally:
+        await second.dispose()
+    assert (
+        await scalar(
+            engine, "SELECT count(*) FROM entities WHERE org_id = :o AND id LIKE 'k%'", o=t.org
+        )
+        == 600
+    )
+    mentions = "SELECT count(*) FROM mentions WHERE org_id = :o AND src_id LIKE 'k%'"
+    assert await scalar(engine, mentions, o=t.org) == 599
+    pending = "SELECT string_agg(dst_id, ',') FROM pending_links WHERE org_id = :o"
+    assert await scalar(engine, pending, o=t.org) == "k600"
+
+
+async def test_a_create_racing_an_import_of_the_same_id_is_a_409(engine, client):
+    """An import takes no per-id lock: a REST create of an id an import is inserting waits for
+    the import, then answers 409 as for any taken id (was: a 500 on the duplicate key)."""
+    from app.domain import write_rules
+    from app.repo import writes
+
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    fields = {
+        "id": "raced",
+        "type": "note",
+        "name": "From the import",
+        "content": "",
+        "project_id": "p1",
+        "scope": "project",
+        "owner_id": t.u("ann"),
+        "lifecycle": "active",
+        "metadata": {},
+    }
+    body = {"id": "raced", "type": "note", "name": "From REST", "project": "p1"}
+    async with engine.connect() as importer:
+        await importer.begin()
+        await writes.insert_entity(importer, org_id=t.org, fields=fields)
+        create = asyncio.create_task(call(client, "POST", "/api/entities", ann, json=body))
+        await asyncio.sleep(0.5)  # the create is waiting on the import's row
+        await importer.commit()
+    r = await create
+    assert (r.status_code, r.json()["detail"]) == (409, write_rules.ID_TAKEN)
+    name = "SELECT name FROM entities WHERE org_id = :o AND id = 'raced'"
+    assert await scalar(engine, name, o=t.org) == "From the import"
+
+
+async def test_an_import_racing_a_create_of_the_same_id_names_it(engine, tmp_path):
+    """The other way round: a REST create commits an id an import is inserting. The import
+    stops naming that id (was: "refers to ... that does not exist"); run again, it completes."""
+    from app.importers import ndjson
+    from app.repo import writes
+
+    t = await Team().load(engine)
+    fields = {
+        "id": "raced",
+        "type": "note",
+        "name": "From REST",
+        "content": "",
+        "project_id": "p1",
+        "scope": "project",
+        "owner_id": t.u("ann"),
+        "lifecycle": "active",
+        "metadata": {},
+    }
+    rec = {"kind": "entity", "org": t.org, "type": "note", "project": "p1", "owner": t.u("ann")}
+    records = [{**rec, "id": "raced", "name": "From the import"}]
+    async with engine.connect() as rest:
+        await rest.begin()
+        await writes.insert_entity(rest, org_id=t.org, fields=fields)
+        task = asyncio.create_task(ndjson.import_records(engine, ndjson.from_dicts(records)))
+        await asyncio.sleep(0.5)  # the import is waiting on the create's row
+        await rest.commit()
+    with pytest.raises(ndjson.ImportError_) as err:
+        await task
+    assert err.value.line == 1
+    assert f"entity 'raced' was created in org '{t.org}' by another writer" in err.value.reason
+    again = await ndjson.import_records(engine, ndjson.from_dicts(records))
+    assert again.outcomes["entity:created"] == 0
+    name = "SELECT name FROM entities WHERE org_id = :o AND id = 'raced'"
+    assert await scalar(engine, name, o=t.org) == "From the import"

@@ -156,6 +156,21 @@ async def test_a_pending_link_resolves_whichever_door_creates_the_target(engine,
     )
 
 
+async def test_a_link_to_a_deleted_memory_waits_again_for_its_id(door):
+    """Deleting a memory keeps the ``[[links]]`` to it in other bodies: they wait as pending
+    links, and a memory created again under that id, through any door, is mentioned again."""
+    assert (await door.entity("gone"))[0]
+    assert (await door.entity("src", content="See [[gone]]."))[0]
+    r = await call(door.client, "DELETE", "/api/entities/gone", door.key)
+    assert r.status_code == 204
+    pending = "SELECT string_agg(src_id || '>' || dst_id, ',') FROM pending_links WHERE org_id = :o"
+    assert await q(door, pending) == "src>gone"
+    assert (await door.entity("gone"))[0]
+    mentions = "SELECT string_agg(src_id || '>' || dst_id, ',') FROM mentions WHERE org_id = :o"
+    assert await q(door, mentions) == "src>gone"
+    assert await q(door, pending) is None
+
+
 async def test_a_forward_link_in_one_import_file_becomes_a_mention(engine):
     t = Team()
     ahead = {

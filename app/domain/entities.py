@@ -152,7 +152,7 @@ async def create_entity(
     _check_scope(scope, project_id)
     await permissions.check_placement(conn, reader, scope=scope, project_id=project_id)
     if await repo.lock_new_id(conn, org_id=reader.org_id, entity_id=entity_id):
-        raise Conflict("This id is already taken in the org; choose another or omit it")
+        raise Conflict(write_rules.ID_TAKEN)
     data = EntityData(
         id=entity_id,
         type=type_,

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.errors import BadRequest
+from app.core.errors import BadRequest, Conflict
 from app.domain import spans, write_rules
 from app.domain.passages import passage_id
 from app.repo import writes
@@ -213,7 +213,8 @@ async def save_entity(
     stored = await writes.lock_entity(conn, org_id=org_id, entity_id=data.id)
     fields = data.fields()
     if stored is None:
-        await writes.insert_entity(conn, org_id=org_id, fields=fields)
+        if not await writes.insert_entity(conn, org_id=org_id, fields=fields):
+            raise Conflict(write_rules.ID_TAKEN)
         await _write_cut(conn, org_id=org_id, data=data, revision=1, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
         gained = await writes.resolve_pending(conn, org_id=org_id, entity_id=data.id)

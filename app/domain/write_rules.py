@@ -44,6 +44,7 @@ TYPE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 RESERVED_TYPES = frozenset({"passage"})
 RESERVED_TYPE = "type 'passage' is reserved for the spans the service cuts"
 RESERVED_ID = "ids starting with 'passage_' are reserved for passages"
+ID_TAKEN = "This id is already taken in the org; choose another or omit it"
 CYCLE = "This SUPERSEDES edge would close a cycle"
 SELF_EDGE = "an edge may not point at its own source"
 

@@ -57,7 +57,7 @@ from app.domain.memories import (
     save_entity,
     unchanged,
 )
-from app.domain.validation import stored_relationship
+from app.domain.validation import BAD_TEXT, stored_relationship
 from app.repo import communities as community_repo
 from app.repo import writes
 
@@ -167,6 +167,9 @@ _RECORD = TypeAdapter(Record)
 ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
 # For the import's transaction only: room to sort a large batch in memory.
 BULK_SETTINGS_SQL = "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true)"
+# Imports take turns, a transaction at a time: each reads what is stored, then inserts what is
+# new, so two at once over the same ids would both insert them (a duplicate key for the later).
+IMPORT_LOCK_SQL = "/* sibyl:import.lock */ SELECT pg_advisory_xact_lock(hashtext('sibyl:import'))"
 VACUUM_TIMEOUT_S = 600.0
 VACUUM_SQL = (
     "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
@@ -235,25 +238,50 @@ def parse_line(line_no: int, raw: str) -> Record | None:
     if not raw.strip():
         return None
     try:  # the fast path: pydantic parses and validates in one go
-        return _RECORD.validate_json(raw)
+        rec = _RECORD.validate_json(raw)
     except ValidationError:
         pass  # the slow path below words the first problem
+    else:
+        if "\\u0000" in raw:  # a NUL escaped in a string: PostgreSQL text cannot hold it
+            _refuse_nul(line_no, rec.model_dump(mode="json"), kind=rec.kind)
+        return rec
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ImportError_(line_no, f"not valid JSON ({exc.msg})") from None
     try:
-        return _RECORD.validate_python(obj)
+        rec = _RECORD.validate_python(obj)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "record"
         raise ImportError_(line_no, f"{where}: {err['msg']}") from None
+    _refuse_nul(line_no, rec.model_dump(mode="json"), kind=rec.kind)
+    return rec
+
+
+def _refuse_nul(line_no: int, value: Any, *, kind: str) -> None:
+    """``ImportError_`` naming the first field of ``value`` holding a NUL character, as REST
+    refuses it (``validation.clean_text``)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if "\x00" in k:
+                raise ImportError_(line_no, f"{kind}: {BAD_TEXT}")
+            _refuse_nul(line_no, v, kind=f"{kind}.{k}")
+    elif isinstance(value, list):
+        for v in value:
+            _refuse_nul(line_no, v, kind=kind)
+    elif isinstance(value, str) and "\x00" in value:
+        raise ImportError_(line_no, f"{kind}: {BAD_TEXT}")
 
 
 def read_file(path: Path) -> Iterator[tuple[int, Record]]:
     """Numbered, validated records of an NDJSON file (1-based line numbers)."""
-    with path.open(encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for n, data in enumerate(fh, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ImportError_(n, f"not valid UTF-8 (byte {exc.start + 1})") from None
             rec = parse_line(n, raw)
             if rec is not None:
                 yield n, rec
@@ -427,6 +455,7 @@ async def import_records(
                 if atomic:
                     async with engine.begin() as conn:
                         await conn.execute(text(BULK_SETTINGS_SQL))
+                        await conn.execute(text(IMPORT_LOCK_SQL))
                         reading = progress.add_task("reading", total=total)
                         everything = []
                         for item in records:
@@ -439,6 +468,7 @@ async def import_records(
                     async for batch in _batches(records, batch_size):
                         async with engine.begin() as conn:
                             await conn.execute(text(BULK_SETTINGS_SQL))
+                            await conn.execute(text(IMPORT_LOCK_SQL))
                             await _write_batch(conn, batch, summary, evidence_lines, advance)
                         committed = batch[-1][0]
                 async with engine.begin() as conn:  # links a concurrent write left: settled now
@@ -486,6 +516,7 @@ async def _batches(
 _FK_DETAIL = re.compile(
     r'Key \((?P<cols>[^)]*)\)=\((?P<vals>[^)]*)\) is not present in table "(?P<t>\w+)"'
 )
+_TAKEN_DETAIL = re.compile(r"Key \(org_id, id\)=\((?P<org>[^,]*), (?P<id>[^)]*)\) already exists")
 
 
 def _integrity_reason(exc: IntegrityError) -> str:
@@ -493,6 +524,13 @@ def _integrity_reason(exc: IntegrityError) -> str:
     orig = exc.orig
     cause = getattr(orig, "__cause__", None)
     detail = str(getattr(orig, "detail", None) or getattr(cause, "detail", None) or "")
+    taken = _TAKEN_DETAIL.search(detail)
+    constraint = getattr(orig, "constraint_name", None) or getattr(cause, "constraint_name", None)
+    if taken is not None and constraint == "pk_entities":
+        return (
+            f"entity '{taken['id']}' was created in org '{taken['org']}' by another writer "
+            "meanwhile; run the import again"
+        )
     match = _FK_DETAIL.search(detail)
     if match is not None:
         pairs = dict(zip(match["cols"].split(", "), match["vals"].split(", "), strict=False))

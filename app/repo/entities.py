@@ -28,6 +28,16 @@ DELETE_ENTITY_SQL = text(
 DELETE FROM entities WHERE org_id = :org_id AND id = :id RETURNING id"""
 )
 
+# The memory goes, the [[links]] to it stay in their sources' bodies: they wait again as pending
+# links, and become mentions once more if a memory of that id is created (contract §9).
+REPEND_LINKS_SQL = text(
+    """/* sibyl:entity.delete_repend */
+INSERT INTO pending_links (org_id, src_id, dst_id)
+SELECT org_id, src_id, dst_id FROM mentions
+WHERE org_id = :org_id AND dst_id = :id AND derived AND src_id <> :id
+ON CONFLICT DO NOTHING"""
+)
+
 ENTITY_CREATE_LOCK_SQL = text(
     """/* sibyl:entity.create_lock */
 SELECT pg_advisory_xact_lock(hashtext(:org_id), hashtext('sibyl:entity:' || :id))"""
@@ -143,7 +153,9 @@ async def lock_new_id(conn: AsyncConnection, *, org_id: str, entity_id: str) -> 
 
 async def delete_entity(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
     """Delete a memory; its passages, mentions, edges, grants and community memberships go with
-    it (foreign keys ``ON DELETE CASCADE``). True when a row was deleted."""
+    it (foreign keys ``ON DELETE CASCADE``), and the links to it derived from other memories'
+    bodies turn back into pending links. True when a row was deleted."""
+    await conn.execute(REPEND_LINKS_SQL, {"org_id": org_id, "id": entity_id})
     result = await conn.execute(DELETE_ENTITY_SQL, {"org_id": org_id, "id": entity_id})
     return result.first() is not None
 

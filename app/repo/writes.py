@@ -73,7 +73,9 @@ INSERT_ENTITY_SQL = text(
 INSERT INTO entities (org_id, id, type, name, content, project_id, scope, owner_id, lifecycle,
                       metadata, revision)
 VALUES (:org_id, :id, :type, :name, :content, :project_id, :scope, :owner_id, :lifecycle,
-        CAST(:metadata AS jsonb), 1)"""
+        CAST(:metadata AS jsonb), 1)
+ON CONFLICT (org_id, id) DO NOTHING
+RETURNING id"""
 )
 
 UPDATE_ENTITY_SQL = text(
@@ -207,12 +209,14 @@ async def lock_entity(conn: AsyncConnection, *, org_id: str, entity_id: str) -> 
     return StoredEntity(**row._mapping) if row is not None else None
 
 
-async def insert_entity(conn: AsyncConnection, *, org_id: str, fields: dict[str, Any]) -> None:
+async def insert_entity(conn: AsyncConnection, *, org_id: str, fields: dict[str, Any]) -> bool:
     """Insert a new entity at revision 1 (``fields``: id, type, name, content, project_id,
-    scope, owner_id, lifecycle, metadata)."""
-    await conn.execute(
+    scope, owner_id, lifecycle, metadata); False when a concurrent writer (an import, which
+    takes no per-id lock) committed that id first: nothing was written."""
+    rows = await conn.execute(
         INSERT_ENTITY_SQL, {**fields, "org_id": org_id, "metadata": json.dumps(fields["metadata"])}
     )
+    return rows.first() is not None
 
 
 async def update_entity(
