@@ -99,6 +99,7 @@ PEP_TESTS = (
     "tests/test_mcp.py",
     "tests/test_surfaces_bounds.py",
     "tests/test_search.py::test_type_hints_on_the_pep_corpus",
+    "tests/test_readme.py",
 )
 """The tests (files, or single tests) that read the PEP corpus: they run on one worker.
 A test elsewhere that uses the corpus still works (its worker parses and imports it too), and
