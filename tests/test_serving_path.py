@@ -6,7 +6,8 @@
   (before any 400 of the body), 403 without the ``read`` scope; an absent seed and an unreadable
   one are both ``unresolved``;
 - a pooled connection that died (its backend terminated, as by a database restart) is replaced:
-  the next read and the next write succeed, with no ping before checkout.
+  the next read and the next write succeed, with no ping before checkout;
+- the benchmark's lean load client keeps one connection and reads sized and chunked answers.
 
 Counts statements and answers, never times.
 """
@@ -146,3 +147,47 @@ async def test_a_dead_pooled_connection_is_replaced_without_a_ping(database_url:
                     assert r.status_code == 201, r.text
     finally:
         await own.dispose()
+
+
+async def test_the_bench_load_client_reads_sized_and_chunked_answers_over_one_connection() -> None:
+    # the benchmark's lean HTTP/1.1 client (app.bench.run.KeepAliveClient): what it parses
+    import asyncio
+
+    from app.bench.run import KeepAliveClient
+
+    answers = [
+        b'HTTP/1.1 200 OK\r\ncontent-length: 7\r\ncontent-type: application/json\r\n\r\n{"a":1}',
+        b"HTTP/1.1 503 Service Unavailable\r\ntransfer-encoding: chunked\r\n\r\n"
+        b'3\r\n{"b\r\n4\r\n":2}\r\n0\r\n\r\n',
+        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    ]
+    connections: list[int] = []
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        while answers:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            seen.append(head + await reader.readexactly(length))
+            writer.write(answers.pop(0))
+            await writer.drain()
+            if b"connection: close" in head.lower() or not answers:
+                break
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = KeepAliveClient("127.0.0.1", port, {"Authorization": "Bearer k"})
+    try:
+        assert await client.post("/x", b'{"q":1}') == (200, b'{"a":1}')
+        assert await client.post("/x", b"{}") == (503, b'{"b":2}')
+        assert await client.post("/x", b"{}") == (200, b"{}")
+        assert client.writer is None  # the server said close: reopened by the next call
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+    assert len(connections) == 1  # keep-alive: three requests, one connection
+    assert seen[0].startswith(b"POST /x HTTP/1.1\r\n") and b"Authorization: Bearer k" in seen[0]
+    assert seen[0].endswith(b'\r\n\r\n{"q":1}')
