@@ -199,6 +199,9 @@ async def test_a_revoked_key_is_refused_at_once_on_every_surface(
             assert not before.is_error
             ok = await client.post("/api/search/slice", json={"entity_id": "a1"}, headers=auth(key))
             assert ok.status_code == 200
+            expand = {"entity_ids": ["a1"]}
+            ok = await client.post("/api/search/expand", json=expand, headers=auth(key))
+            assert ok.status_code == 200  # expand authenticates in its seed statement
             if how == "rest":
                 r = await client.delete(f"/api/admin/keys/{key_id}", headers=auth(admin))
                 assert r.status_code == 204, r.text
@@ -206,6 +209,7 @@ async def test_a_revoked_key_is_refused_at_once_on_every_surface(
                 async with engine.begin() as conn:
                     await revoke_key(conn, key_id=key_id)
             refused = [
+                await client.post("/api/search/expand", json=expand, headers=auth(key)),
                 await client.post("/api/search/slice", json={"entity_id": "a1"}, headers=auth(key)),
                 await client.get("/api/entities/a1", headers=auth(key)),
                 await client.post(

@@ -12,10 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import documented
 from app.core.migrations import head_revision
-from app.domain.expand import expand_neighbors
+from app.domain.expand import expand_for_key
 from app.domain.reader import Reader
 from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
-from app.domain.session import run_read, schema_missing
+from app.domain.session import run_read, run_snapshot, schema_missing
 from app.domain.slice import fetch_slice
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
@@ -87,10 +87,13 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
     empty list is a 400; a field of the wrong JSON type a 422.
     """
 
-    async def verb(conn: AsyncConnection, reader: Reader) -> ExpandResponse:
-        return await expand_neighbors(conn, reader, body, settings=request.app.state.settings)
+    key = _key(credentials)
 
-    result = await run_read(_engine(request), _key(credentials), verb)
+    async def verb(conn: AsyncConnection) -> ExpandResponse:
+        # the key is authenticated by the seed-resolution statement (one round trip fewer)
+        return await expand_for_key(conn, key, body, settings=request.app.state.settings)
+
+    result = await run_snapshot(_engine(request), verb)
     # Serialized once, by pydantic-core: the response model is already validated, and FastAPI's
     # response_model path would dump, re-validate and serialize it again (the hot path, issue 15).
     return Response(result.model_dump_json(), media_type="application/json")

@@ -112,6 +112,13 @@ def run_cmd(
         ),
     ] = None,
     skip_rest: Annotated[bool, typer.Option("--skip-rest", help="Skip the REST load")] = False,
+    rest_only: Annotated[
+        bool,
+        typer.Option(
+            "--rest-only",
+            help="Only the REST cases (one client, then --clients clients): the serving path",
+        ),
+    ] = False,
     out: Annotated[Path, typer.Option(help="Folder for results.json and latency.png")] = Path(
         "bench-results"
     ),
@@ -139,6 +146,7 @@ def run_cmd(
         clients=clients,
         load_seconds=load_seconds or (5.0 if quick else 30.0),
         rest=not skip_rest,
+        rest_only=rest_only,
         out=out,
         quick=quick,
         case_seconds=case_seconds or (8.0 if quick else 20.0),

@@ -59,6 +59,13 @@ def make_engine(
     client ends the wait on a server that no longer answers at all (a frozen host, a lost
     network), where no server-side timeout can fire; that wait is then a 503 like any fault.
     Connecting is bounded by :data:`CONNECT_TIMEOUT_S`. Pool size and wait come from settings.
+
+    No ``pool_pre_ping``: a ping before every checkout cost three round trips a request (BEGIN,
+    ``;``, ROLLBACK under SQLAlchemy's asyncpg dialect). A pooled connection that died (the server
+    restarted) is found when its first statement fails instead: SQLAlchemy marks the error
+    ``connection_invalidated`` and drops every connection of the pool older than it, and
+    :mod:`app.domain.session` runs the unit of work once more on a fresh connection when nothing
+    had been written yet (:func:`app.domain.session.run_read`, ``run_write``).
     """
     s = settings or get_settings()
     # Every statement is keyed by org_id and orgs differ in size by orders of magnitude: a generic
@@ -80,7 +87,6 @@ def make_engine(
         pool_size=s.pool_size,
         max_overflow=0,
         pool_timeout=s.pool_timeout_s,
-        pool_pre_ping=True,
         connect_args={"server_settings": server_settings, **connect_args},
     )
 

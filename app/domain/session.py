@@ -120,11 +120,11 @@ def raise_fault(error: BaseException) -> NoReturn:
     raise mapped from None
 
 
-async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:
-    """The reader of ``key`` holding ``scope``; ``Unauthorized``/``Forbidden`` otherwise."""
+def check_reader(reader: Reader | None, key: str | None, *, scope: str) -> Reader:
+    """``reader`` (the one behind ``key``, None when the key is unknown or revoked) when it holds
+    ``scope``; ``Unauthorized`` for a missing or invalid key, ``Forbidden`` without the scope."""
     if not key:
         raise Unauthorized("Missing API key")
-    reader = await reader_by_key(conn, key=key)
     if reader is None:
         raise Unauthorized("Invalid API key")
     if scope not in reader.scopes:
@@ -132,18 +132,52 @@ async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) ->
     return reader
 
 
+async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:
+    """The reader of ``key`` holding ``scope``; ``Unauthorized``/``Forbidden`` otherwise."""
+    if not key:
+        raise Unauthorized("Missing API key")
+    return check_reader(await reader_by_key(conn, key=key), key, scope=scope)
+
+
+def _stale(error: BaseException) -> bool:
+    """True when ``error`` says the pooled connection was dead (the server restarted or dropped
+    it): SQLAlchemy has then invalidated the pool, so a second attempt opens a fresh connection.
+    This replaces a ping before every checkout (app.core.db.make_engine)."""
+    return isinstance(error, sa_exc.DBAPIError) and bool(error.connection_invalidated)
+
+
+async def run_snapshot(engine: AsyncEngine, verb: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """Run ``verb`` in one read-only snapshot (``verb`` authenticates the key itself, e.g. in its
+    first statement: :func:`app.domain.expand.expand_for_key`), mapping faults as
+    :func:`run_read` does.
+
+    A read has no effect, so when a statement fails because its pooled connection was dead
+    (:func:`_stale`) the whole verb runs once more, on a fresh connection; a second fault is
+    a 503 like any other."""
+    for attempt in (1, 2):
+        try:
+            async with read_tx(engine) as conn:
+                return await verb(conn)
+        except FAULTS as error:
+            if attempt == 1 and _stale(error):
+                continue
+            raise_fault(error)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def run_read(
     engine: AsyncEngine,
     key: str | None,
     verb: Callable[[AsyncConnection, Reader], Awaitable[T]],
 ) -> T:
-    """Authenticate ``key`` (scope ``read``) and run ``verb`` in one read-only snapshot."""
-    try:
-        async with read_tx(engine) as conn:
-            reader = await authenticate(conn, key, scope="read")
-            return await verb(conn, reader)
-    except FAULTS as error:
-        raise_fault(error)
+    """Authenticate ``key`` (scope ``read``) and run ``verb`` in one read-only snapshot (one more
+    attempt on a fresh connection when the pooled one was dead: :func:`run_snapshot`)."""
+
+    async def unit(conn: AsyncConnection) -> T:
+        reader = await authenticate(conn, key, scope="read")
+        return await verb(conn, reader)
+
+    return await run_snapshot(engine, unit)
 
 
 async def _settle(engine: AsyncEngine, unsettled: write_rules.Unsettled, reader: Reader) -> None:
@@ -169,19 +203,31 @@ async def run_write(
 
     A transaction PostgreSQL rolled back as a deadlock victim or a serialization failure is run
     again from the start (``verb`` must not keep state across calls), up to
-    :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``."""
-    for attempt in range(1, WRITE_ATTEMPTS + 1):
+    :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``. A pooled
+    connection found dead by the key lookup (the first statement, before any write) is replaced
+    and the unit run once more (:func:`_stale`); found dead later, it is a 503."""
+    attempt = 0
+    revived = False  # one more run allowed when the pooled connection was found dead
+    while True:
+        attempt += 1
+        authenticated = False
         try:
             with write_rules.settling() as unsettled:
                 async with write_tx(engine) as conn:
                     reader = await authenticate(conn, key, scope=scope)
+                    authenticated = True
                     result = await verb(conn, reader)
                 if unsettled:
                     await _settle(engine, unsettled, reader)
                 return result
         except FAULTS as error:
+            if not authenticated and not revived and _stale(error):
+                # dead before anything was written (the key lookup is the first statement):
+                # run it again on a fresh connection, without counting it as an attempt
+                revived = True
+                attempt -= 1
+                continue
             if not (isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in _RETRYABLE):
                 raise_fault(error)
             if attempt == WRITE_ATTEMPTS:
                 raise Unavailable("Concurrent writes collided, retry", retry_after=1) from None
-    raise AssertionError("unreachable")  # pragma: no cover

@@ -22,15 +22,18 @@ _READABLE_PROJECTS = """ARRAY(
           AND (k_projects IS NULL OR p.id = ANY(k_projects))
         ORDER BY p.id)"""
 
-READER_BY_KEY_SQL = text(
-    f"""/* sibyl:reader.by_key */
-SELECT k.id AS key_id, u.org_id, u.id AS user_id, u.role, k.scopes, k_projects,
+READER_BY_KEY = f"""SELECT k.id AS key_id, u.org_id, u.id AS user_id, u.role, k.scopes, k_projects,
        {_READABLE_PROJECTS} AS readable_projects
 FROM api_keys k
 JOIN users u ON u.org_id = k.org_id AND u.id = k.user_id
 CROSS JOIN LATERAL (SELECT k.project_ids AS k_projects) kp
 WHERE k.key_hash = :key_hash AND k.revoked_at IS NULL"""
-)
+"""The reader row of the live key whose hash is ``:key_hash`` (no row: unknown or revoked), with
+columns ``key_id``, ``org_id``, ``user_id``, ``role``, ``scopes`` text[], ``k_projects`` text[]
+(NULL: not restricted) and ``readable_projects`` text[]. Also embedded as a CTE by statements
+that authenticate and read in one round trip (``app.repo.walk.KEYED_SEEDS_SQL``)."""
+
+READER_BY_KEY_SQL = text(f"/* sibyl:reader.by_key */\n{READER_BY_KEY}")
 
 READER_BY_USER_SQL = text(
     f"""/* sibyl:reader.by_user */
@@ -48,7 +51,8 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def _reader(row: object) -> Reader:
+def reader_of(row: object) -> Reader:
+    """The :class:`Reader` of a row holding the columns of :data:`READER_BY_KEY`."""
     m = row._mapping  # type: ignore[attr-defined]
     return Reader(
         org_id=m["org_id"],
@@ -64,7 +68,7 @@ def _reader(row: object) -> Reader:
 async def reader_by_key(conn: AsyncConnection, *, key: str) -> Reader | None:
     """The reader behind ``key``, or None when the key is unknown or revoked."""
     row = (await conn.execute(READER_BY_KEY_SQL, {"key_hash": hash_key(key)})).first()
-    return _reader(row) if row is not None else None
+    return reader_of(row) if row is not None else None
 
 
 async def reader_by_user(
@@ -74,4 +78,4 @@ async def reader_by_user(
     row = (
         await conn.execute(READER_BY_USER_SQL, {"user_id": user_id, "key_projects": key_projects})
     ).first()
-    return _reader(row) if row is not None else None
+    return reader_of(row) if row is not None else None

@@ -44,7 +44,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.readrule import readable
+from app.domain.reader import Reader
+from app.repo.readers import READER_BY_KEY, hash_key, reader_of
+from app.repo.readrule import readable, readable_by
 
 # The seeds statement also switches this transaction to generic plans (``set_config(...,
 # true)``: transaction-local), so the walk that follows is planned once per pooled connection and
@@ -63,6 +65,30 @@ WHERE {readable("t")}
   AND t.lifecycle <> 'retired'
   AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
 ORDER BY s.ord"""
+)
+
+# The same seed resolution, authenticating the key in the same statement (one round trip fewer
+# a request, issue 15): the reader row of the key (none: unknown or revoked, so revocation takes
+# effect at once) and, when it holds the ``read`` scope, its readable seeds in request order,
+# under the same read rule (``readable_by``: the reader's columns in place of bound parameters).
+# It switches the transaction to generic plans like SEEDS_SQL (once, for a live key).
+KEYED_SEEDS_SQL = text(
+    f"""/* sibyl:expand_neighbors.keyed_seeds */
+WITH rd AS MATERIALIZED (
+{READER_BY_KEY}
+)
+SELECT rd.*,
+       CASE WHEN 'read' = ANY(rd.scopes) THEN ARRAY(
+         SELECT s.id
+         FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
+         LEFT JOIN passages p ON p.org_id = rd.org_id AND p.id = s.id
+         JOIN entities t ON t.org_id = rd.org_id AND t.id = coalesce(p.parent_id, s.id)
+         WHERE {readable_by("t", "rd")}
+           AND t.lifecycle <> 'retired'
+           AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+         ORDER BY s.ord) END AS seeds,
+       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
+FROM rd"""
 )
 
 # SQL fragments of the hop arms (also used by the benchmark's baseline walk, so both walks apply
@@ -458,6 +484,22 @@ async def resolve_seeds(
     """The ``seeds`` that exist, are readable, not retired and inside ``project``; request order."""
     rows = await conn.execute(SEEDS_SQL, {**reader_params, "seed_ids": seeds, "project": project})
     return [r.id for r in rows]
+
+
+async def keyed_seeds(
+    conn: AsyncConnection, *, key: str, seeds: list[str], project: str | None
+) -> tuple[Reader | None, list[str]]:
+    """One statement: the reader of ``key`` (None when unknown or revoked) and, when it holds
+    the ``read`` scope, the ``seeds`` it may walk from (existing, readable, not retired, inside
+    ``project``; request order), as :func:`resolve_seeds` would return them."""
+    row = (
+        await conn.execute(
+            KEYED_SEEDS_SQL, {"key_hash": hash_key(key), "seed_ids": seeds, "project": project}
+        )
+    ).first()
+    if row is None:
+        return None, []
+    return reader_of(row), list(row.seeds or [])
 
 
 async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> tuple[list[WalkRow], bool]:
