@@ -269,3 +269,44 @@ async def test_rest_doctor_is_for_org_admin_keys_only(engine, client, database_u
     ):
         r = await client.get("/api/admin/doctor", headers=headers)
         assert (r.status_code, r.json()) == (404, HIDDEN)
+
+
+def _table_stats(name: str, *, pages: int, visible: int, live: int) -> Any:
+    from app.repo.doctor import TableStats
+
+    return TableStats(
+        table_name=name,
+        pages=pages,
+        all_visible_pages=visible,
+        table_bytes=8192 * pages,
+        index_bytes=0,
+        estimated_rows=live,
+        last_vacuum=None,
+        last_analyze=None,
+        modified_since_analyze=0,
+        inserted_since_vacuum=0,
+        live_rows=live,
+        autovacuum_disabled=False,
+    )
+
+
+def test_a_table_left_without_rows_is_not_a_visibility_warning():
+    """The README's write walkthrough adds a grant and deletes it: entity_grants keeps one page
+    and no row, which autovacuum never visits (1 dead row is under its threshold). Nothing can
+    be fetched from it, so the doctor must not warn about it forever; a page of live rows that
+    is not all-visible still warns."""
+    from types import SimpleNamespace
+
+    from app.domain.doctor import check_visibility
+
+    emptied = SimpleNamespace(
+        tables=[
+            _table_stats("entities", pages=10, visible=10, live=100),
+            _table_stats("entity_grants", pages=1, visible=0, live=0),
+        ]
+    )
+    check = check_visibility(emptied, detail=False)  # type: ignore[arg-type]
+    assert check.status == "ok", check.summary
+    assert check.facts["tables"]["entity_grants"]["all_visible"] is None
+    held = SimpleNamespace(tables=[_table_stats("entity_grants", pages=1, visible=0, live=1)])
+    assert check_visibility(held, detail=False).status == "warn"  # type: ignore[arg-type]

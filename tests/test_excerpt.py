@@ -42,3 +42,67 @@ def test_never_longer_than_the_budget():
     for chars in (0, 3, 4, 10, 57, 300):
         got = excerpt(text, [("needle", 1.0)], chars)
         assert len(got) <= chars
+
+
+def _quadratic_excerpt_start(text: str, words: list[tuple[str, float]], chars: int) -> int:
+    """The window start the excerpt picks, by the plain definition (every match against every
+    later match inside the window): the oracle for the one-pass search."""
+    from app.domain.excerpt import _matches
+
+    found = _matches(text, words)
+    span = chars - 6
+    best: tuple[float, int, int] | None = None
+    best_start = 0
+    for i, (position, _, _) in enumerate(found):
+        seen: dict[int, float] = {}
+        count = 0
+        for other, n, weight in found[i:]:
+            if other + 1 > position + span:
+                break
+            seen[n] = weight
+            count += 1
+        key = (sum(seen[n] for n in sorted(seen)), count, -position)
+        if best is None or key > best:
+            best, best_start = key, position
+    return best_start
+
+
+def test_the_window_search_agrees_with_the_plain_definition(monkeypatch):
+    import random
+
+    from app.domain import excerpt as module
+
+    picked: list[int] = []
+    cut_end = module._cut_end
+
+    def recording_cut_end(text: str, start: int, chars: int) -> str:
+        picked.append(start)
+        return cut_end(text, start, chars)
+
+    monkeypatch.setattr(module, "_cut_end", recording_cut_end)
+    rng = random.Random(7)
+    vocabulary = ["kelp", "cold", "water", "coast", "filler", "sea."]
+    weights = [("kelp", 5.0), ("cold", 3.0), ("water", 2.0), ("coast", 0.5)]
+    for _ in range(300):
+        text = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(5, 120)))
+        chars = rng.randint(10, 200)
+        picked.clear()
+        module.excerpt(text, weights, chars)
+        if len(text) <= chars:
+            continue
+        best = _quadratic_excerpt_start(text, weights, chars)
+        want = module._start_of_context(text, best, best - int((chars - 6) * module._LEAD))
+        assert picked == [0 if want <= 3 else want], (text, chars)
+
+
+def test_many_matches_take_linear_time():
+    """A memory's span may hold thousands of occurrences of a query word (a writer chooses the
+    text); picking the window must not compare every match with every other one inside it: that
+    ran for seconds per search result, on the server's event loop."""
+    import time
+
+    text = "zqx " * 15_000
+    started = time.perf_counter()
+    got = excerpt(text, [("zqx", 1.0)], 50_000)
+    assert len(got) <= 50_000
+    assert time.perf_counter() - started < 1.0

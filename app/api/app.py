@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -70,10 +71,18 @@ def create_app(
         app.state.settings = s
 
     @app.exception_handler(RequestValidationError)
-    async def _shape(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _shape(request: Request, exc: RequestValidationError) -> JSONResponse:
         # 422 for a payload of the wrong shape, in the one error body (app/api/errors.py). The
         # caller's input is not echoed back (it may be an id, or not even JSON-encodable, e.g.
-        # NaN): location, message and type only.
+        # NaN): location, message and type only. Every /api route needs a key: without one the
+        # answer is the 401, as it comes before a 400 (and over MCP, before any argument check).
+        scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
+        if request.url.path.startswith("/api/") and not (scheme.lower() == "bearer" and key):
+            return JSONResponse(
+                {"detail": "Missing API key"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return invalid_payload(exc.errors())
 
     @app.exception_handler(StarletteHTTPException)

@@ -15,7 +15,7 @@ from app.core.migrations import head_revision
 from app.domain.expand import expand_for_key
 from app.domain.reader import Reader
 from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
-from app.domain.session import run_read, run_snapshot, schema_missing
+from app.domain.session import require_key, run_read, run_snapshot, schema_missing
 from app.domain.slice import fetch_slice
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
@@ -88,6 +88,7 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
     """
 
     key = _key(credentials)
+    require_key(key)  # no key: refused before a connection is taken
 
     async def verb(conn: AsyncConnection) -> ExpandResponse:
         # the key is authenticated by the seed-resolution statement (one round trip fewer)

@@ -169,8 +169,9 @@ def _size(n: int | None) -> str:
 
 
 def _coverage(t: repo.TableStats) -> float | None:
-    """Share of ``t``'s pages marked all-visible (None for an empty table)."""
-    if t.pages <= 0:
+    """Share of ``t``'s pages marked all-visible (None for an empty table: no page, or pages
+    left without a live row, which no scan fetches and autovacuum may never visit)."""
+    if t.pages <= 0 or (t.live_rows <= 0 and t.estimated_rows <= 0):
         return None
     return min(1.0, t.all_visible_pages / t.pages)
 

@@ -67,17 +67,21 @@ def excerpt(text: str, words: Sequence[tuple[str, float]], chars: int) -> str:
     span = chars - 6  # room for both markers
     best: tuple[float, int, int] | None = None
     best_start = 0
-    for i, (position, _, _) in enumerate(found):
-        seen: dict[int, float] = {}
-        count = 0
-        for other, n, weight in found[i:]:
-            if other + 1 > position + span:
-                break
-            seen[n] = weight
-            count += 1
-        key = (sum(seen.values()), count, -position)
+    # One pass: the window starting at match i holds the matches i..end-1 (a writer may store
+    # thousands of matches in one span; comparing each with every other was quadratic).
+    weights = {n: weight for _, n, weight in found}
+    inside: dict[int, int] = {}  # word number -> its matches inside the window
+    end = 0
+    for i, (position, number, _) in enumerate(found):
+        while end < len(found) and found[end][0] + 1 <= position + span:
+            inside[found[end][1]] = inside.get(found[end][1], 0) + 1
+            end += 1
+        key = (sum(weights[n] for n in sorted(inside)), end - i, -position)
         if best is None or key > best:
             best, best_start = key, position
+        inside[number] -= 1
+        if not inside[number]:
+            del inside[number]
     start = _start_of_context(text, best_start, best_start - int(span * _LEAD))
     if start <= 3:
         start = 0

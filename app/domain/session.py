@@ -120,6 +120,13 @@ def raise_fault(error: BaseException) -> NoReturn:
     raise mapped from None
 
 
+def require_key(key: str | None) -> None:
+    """``Unauthorized`` when no key was sent: answered before any connection is taken from the
+    pool, so keyless requests cost the database nothing and stay 401 while it is down."""
+    if not key:
+        raise Unauthorized("Missing API key")
+
+
 def check_reader(reader: Reader | None, key: str | None, *, scope: str) -> Reader:
     """``reader`` (the one behind ``key``, None when the key is unknown or revoked) when it holds
     ``scope``; ``Unauthorized`` for a missing or invalid key, ``Forbidden`` without the scope."""
@@ -173,6 +180,8 @@ async def run_read(
     """Authenticate ``key`` (scope ``read``) and run ``verb`` in one read-only snapshot (one more
     attempt on a fresh connection when the pooled one was dead: :func:`run_snapshot`)."""
 
+    require_key(key)  # no key: refused before a connection is taken
+
     async def unit(conn: AsyncConnection) -> T:
         reader = await authenticate(conn, key, scope="read")
         return await verb(conn, reader)
@@ -206,6 +215,7 @@ async def run_write(
     :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``. A pooled
     connection found dead by the key lookup (the first statement, before any write) is replaced
     and the unit run once more (:func:`_stale`); found dead later, it is a 503."""
+    require_key(key)  # no key: refused before a connection is taken
     attempt = 0
     revived = False  # one more run allowed when the pooled connection was found dead
     while True:
