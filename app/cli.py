@@ -309,7 +309,7 @@ def _database() -> str:
         first = not (pgdata / "PG_VERSION").exists()
         step(
             f"starting the embedded PostgreSQL 16 in {pgdata}"
-            + (" (first start: initdb, about 10 s)" if first else "")
+            + (" (first start: initdb, a few seconds)" if first else "")
         )
     return database_url(settings)
 
@@ -422,7 +422,7 @@ def quickstart(
     if asyncio.run(count()) == 0:
         step(
             f"importing the PEP corpus from {get_settings().peps_dir} "
-            "(the first time only; about 1.5 min on 2 busy cores)"
+            "(the first time only; about 20 s, up to a minute on busy cores)"
         )
         import_peps(None)
     else:
