@@ -85,6 +85,38 @@ def _fulltext_arm(name: str) -> str:
         ) m"""
 
 
+# The BM25 of sibyl:search.candidates and sibyl:search.focus, written once so the two cannot drift.
+# Over the CTEs `words` (ord, idf, lexemes) and `documents` (id, tsv): per document and query
+# lexeme its occurrences, a name/breadcrumb (A) one counting :field_boost (setweight marks the
+# query's lexemes, A positions as C and B as D; ts_filter keeps them); a word then matches with
+# the frequency of its scarcest lexeme (all of its lexemes must be there).
+_TERM_FREQUENCIES = """lexeme_tf AS (  -- per document and query lexeme: its positions,
+    -- name/breadcrumb (A) boosted; setweight marks the query's lexemes (A positions as C, B as D),
+    -- ts_filter keeps them
+    SELECT c.id, u.lexeme,
+           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
+             * cardinality(array_positions(u.weights, 'C')) AS tf
+    FROM documents c
+    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
+    CROSS JOIN LATERAL unnest(ts_filter(
+        setweight(ts_filter(c.tsv, '{a}'), 'C', q.lexemes)
+          || setweight(ts_filter(c.tsv, '{b}'), 'D', q.lexemes),
+        '{c,d}')) u
+),
+word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
+    SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
+    FROM words w
+    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
+    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
+    HAVING count(*) = cardinality(w.lexemes)
+),
+"""
+# BM25 of a document `c` over its matched words `x`:
+# Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / avg_length)).
+_BM25 = """sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
+               / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
+                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))"""
+
 CANDIDATES_SQL = text(
     f"""/* sibyl:search.candidates */
 WITH words AS (  -- the query's words (rarest first, with their weights), each as its lexemes
@@ -125,31 +157,9 @@ documents AS (  -- the pool's vectors
     LEFT JOIN entities t ON c.parent_id IS NULL AND t.org_id = :r_org AND t.id = c.id
     LEFT JOIN passages p ON c.parent_id IS NOT NULL AND p.org_id = :r_org AND p.id = c.id
 ),
-lexeme_tf AS (  -- per candidate and query lexeme: its positions, name/breadcrumb (A) boosted;
-    -- setweight marks the query's lexemes (A positions as C, B as D), ts_filter keeps them
-    SELECT c.id, u.lexeme,
-           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
-             * cardinality(array_positions(u.weights, 'C')) AS tf
-    FROM documents c
-    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
-    CROSS JOIN LATERAL unnest(ts_filter(
-        setweight(ts_filter(c.tsv, '{{a}}'), 'C', q.lexemes)
-          || setweight(ts_filter(c.tsv, '{{b}}'), 'D', q.lexemes),
-        '{{c,d}}')) u
-),
-word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
-    SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
-    FROM words w
-    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
-    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
-    HAVING count(*) = cardinality(w.lexemes)
-),
-scored AS (  -- BM25: Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / avg_length))
+{_TERM_FREQUENCIES}scored AS (  -- BM25: Σ idf·tf·(k1 + 1) / (tf + k1·(1 − b + b·len / avg_len))
     SELECT c.id, c.parent_id, c.type,
-           sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
-               / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
-                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))
-             AS text_rank
+           {_BM25} AS text_rank
     FROM documents c
     JOIN word_tf x ON x.id = c.id
     GROUP BY c.id, c.parent_id, c.type, length(c.tsv)
@@ -436,30 +446,9 @@ documents AS (  -- every current span of each readable memory (a memory never cu
     WHERE t.org_id = :r_org AND t.id = ANY(CAST(:memories AS text[])) AND t.passage_total = 0
       AND {readable("t")}
 ),
-lexeme_tf AS (  -- as in sibyl:search.candidates: query lexemes only, heading (A) boosted
-    SELECT c.id, u.lexeme,
-           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
-             * cardinality(array_positions(u.weights, 'C')) AS tf
-    FROM documents c
-    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
-    CROSS JOIN LATERAL unnest(ts_filter(
-        setweight(ts_filter(c.tsv, '{{a}}'), 'C', q.lexemes)
-          || setweight(ts_filter(c.tsv, '{{b}}'), 'D', q.lexemes),
-        '{{c,d}}')) u
-),
-word_tf AS (
-    SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
-    FROM words w
-    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
-    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
-    HAVING count(*) = cardinality(w.lexemes)
-),
-scored AS (  -- BM25, the same formula and constants as the full-text lane
+{_TERM_FREQUENCIES}scored AS (  -- BM25, the formula and constants of the full-text lane
     SELECT c.memory_id, c.id, c.passage_index,
-           sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
-               / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
-                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))
-             AS text_rank
+           {_BM25} AS text_rank
     FROM documents c
     JOIN word_tf x ON x.id = c.id
     GROUP BY c.memory_id, c.id, c.passage_index, length(c.tsv)
