@@ -5,7 +5,8 @@ size, ``sibyl_bench_<entities>_<edges>[_s<seed>]`` for any other, so the quick r
 run and the large run do not overwrite one another. The name of a test database
 (``sibyl_test_*``) is refused: the benchmark never touches it. A small manifest table
 (``sibyl_bench_manifest``, created here, never by the migrations) records what was generated, so
-``bench run`` can reuse a graph that matches its request.
+``bench run`` can reuse a graph that matches its request. :func:`recreate` and :func:`drop` also
+serve ``sibyl-pg eval`` (its own ``sibyl_eval`` database), so both name-check the same way.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def database_name(entities: int, edges: int, seed: int, *, default: tuple[int, i
 def check_name(name: str) -> str:
     """``name`` if it is a plain lower-case identifier and not a test database; else ValueError."""
     if not _NAME.match(name):
-        raise ValueError(f"bad benchmark database name {name!r}")
+        raise ValueError(f"bad database name {name!r} (a lower-case identifier: a-z, 0-9, _)")
     if name.startswith("sibyl_test"):
-        raise ValueError("the benchmark never uses a test database")
+        raise ValueError("a test database (sibyl_test_*) is never used by the benchmark or eval")
     return name
 
 
@@ -76,6 +77,16 @@ async def recreate(name: str) -> str:
     finally:
         await conn.close()
     return bench_url(name)
+
+
+async def drop(name: str) -> None:
+    """Drop database ``name`` if it exists (closing its connections)."""
+    name = check_name(name)
+    conn = await asyncpg.connect(with_database(server_url(), "postgres"))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
 
 
 async def write_manifest(url: str, org_id: str, spec: dict[str, Any], summary: Any) -> None:

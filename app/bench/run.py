@@ -1265,8 +1265,16 @@ def code_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {
         "walk_sql_sha256": hashlib.sha256(walk_repo.WALK_SQL.text.encode()).hexdigest()[:16]
     }
+    state = git_state()
+    if state is not None:
+        facts["git_head"], facts["git_dirty"] = state
+    return facts
+
+
+def git_state() -> tuple[str, bool] | None:
+    """(short HEAD, tracked files changed) of the project's checkout; None outside git."""
+    root = Path(__file__).resolve().parents[2]
     try:
-        root = Path(__file__).resolve().parents[2]
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
         )
@@ -1276,12 +1284,11 @@ def code_facts() -> dict[str, Any]:
             capture_output=True,
             text=True,
         )
-        if head.returncode == 0:
-            facts["git_head"] = head.stdout.strip()
-            facts["git_dirty"] = bool(dirty.stdout.strip())
     except OSError:
-        pass
-    return facts
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip(), bool(dirty.stdout.strip())
 
 
 def _case(results: dict[str, Any], depth: int, kind: str) -> dict[str, Any] | None:

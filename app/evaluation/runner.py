@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,9 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.db import database_url, make_engine, with_database, write_tx
+from app.bench import database as scratch
+from app.bench.run import git_state
+from app.core.db import make_engine, write_tx
 from app.core.settings import PROJECT_ROOT, get_settings
 from app.evaluation.harness import LoopPlan, as_dicts, evaluate, summarize
 from app.evaluation.questions import Question, check_phrases, load_questions
@@ -46,10 +47,6 @@ class EvalSet:
     questions: list[Question]
 
 
-def _server() -> str:
-    return database_url()
-
-
 async def _database_holds_corpus(url: str) -> bool:
     try:
         conn = await asyncpg.connect(url)
@@ -60,24 +57,6 @@ async def _database_holds_corpus(url: str) -> bool:
         return bool(n)
     except asyncpg.UndefinedTableError:
         return False
-    finally:
-        await conn.close()
-
-
-async def _recreate(name: str) -> str:
-    conn = await asyncpg.connect(with_database(_server(), "postgres"))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    return with_database(_server(), name)
-
-
-async def _drop(name: str) -> None:
-    conn = await asyncpg.connect(with_database(_server(), "postgres"))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
 
@@ -103,23 +82,10 @@ async def _load(engine: AsyncEngine, url: str, records: list[dict[str, Any]]) ->
 
 
 def _git_state() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
+    state = git_state()
+    if state is None:
         return "unknown"
+    head, dirty = state
     return head + ("+uncommitted changes" if dirty else "")
 
 
@@ -148,11 +114,11 @@ async def run_eval(
         bad = check_phrases(s.questions, bodies)
         if bad:
             raise ValueError(f"{s.name}: answer phrase not in any answering memory: {bad}")
-    url = with_database(_server(), database)
+    url = scratch.bench_url(database)  # a plain name, never a test database (ValueError)
     fresh = not (reuse and await _database_holds_corpus(url))
     if fresh:
         say(f"creating database {database} and importing {len(records)} records")
-        url = await _recreate(database)
+        url = await scratch.recreate(database)
         await asyncio.to_thread(upgrade, url)
     engine = make_engine(url, statement_timeout_ms=get_settings().statement_timeout_ms)
     try:
@@ -184,7 +150,7 @@ async def run_eval(
     finally:
         await engine.dispose()
         if not keep:
-            await _drop(database)
+            await scratch.drop(database)
 
 
 def default_sets(paths: list[tuple[str, Path]] | None = None) -> list[EvalSet]:
