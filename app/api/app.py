@@ -24,10 +24,10 @@ from app.api import admin, retrieval, routes, writes
 from app.api.errors import invalid_payload
 from app.api.limits import BodyLimit
 from app.core.db import make_engine
-from app.core.errors import DomainError, Unavailable
+from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
 from app.domain.directory import HIDDEN
-from app.domain.session import map_fault
+from app.domain.session import map_fault, require_key
 from app.mcp.http import mount_mcp
 
 log = logging.getLogger("sibyl_pg")
@@ -77,12 +77,11 @@ def create_app(
         # NaN): location, message and type only. Every /api route needs a key: without one the
         # answer is the 401, as it comes before a 400 (and over MCP, before any argument check).
         scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
-        if request.url.path.startswith("/api/") and not (scheme.lower() == "bearer" and key):
-            return JSONResponse(
-                {"detail": "Missing API key"},
-                status_code=401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        if request.url.path.startswith("/api/"):
+            try:
+                require_key(key if scheme.lower() == "bearer" else None)
+            except Unauthorized as missing:
+                return await _domain(request, missing)
         return invalid_payload(exc.errors())
 
     @app.exception_handler(StarletteHTTPException)

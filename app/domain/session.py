@@ -130,8 +130,7 @@ def require_key(key: str | None) -> None:
 def check_reader(reader: Reader | None, key: str | None, *, scope: str) -> Reader:
     """``reader`` (the one behind ``key``, None when the key is unknown or revoked) when it holds
     ``scope``; ``Unauthorized`` for a missing or invalid key, ``Forbidden`` without the scope."""
-    if not key:
-        raise Unauthorized("Missing API key")
+    require_key(key)
     if reader is None:
         raise Unauthorized("Invalid API key")
     if scope not in reader.scopes:
@@ -141,8 +140,8 @@ def check_reader(reader: Reader | None, key: str | None, *, scope: str) -> Reade
 
 async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:
     """The reader of ``key`` holding ``scope``; ``Unauthorized``/``Forbidden`` otherwise."""
-    if not key:
-        raise Unauthorized("Missing API key")
+    require_key(key)
+    assert key is not None  # for the type checker: require_key refused None and ""
     return check_reader(await reader_by_key(conn, key=key), key, scope=scope)
 
 
