@@ -175,8 +175,9 @@ async def test_baseline_and_service_reach_the_same_nodes_uncapped(database_url, 
                     project=None,
                     settings=uncapped,
                 )
-                service, capped = await walk_repo.walk(conn, params=params)
-                assert not capped
+                answer = await walk_repo.walk(conn, params=params)
+                service = answer.rows
+                assert not answer.capped and not answer.caps_cut
                 baseline = await run_baseline(conn, params, timeout_ms=60_000)
                 assert {(r.id, r.distance) for r in baseline} == {
                     (r.id, r.distance) for r in service

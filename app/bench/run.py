@@ -672,72 +672,123 @@ async def measure_planning(
     }
 
 
+def _answer_quality(rows: list[Any], exact: list[Any]) -> dict[str, int]:
+    """How many of ``rows`` (a walk's top :data:`LIMIT`) belong to the exact top :data:`LIMIT`
+    (``exact``, the uncapped walk's rows): ``in_exact`` by id; ``tied_in_exact`` counts a row
+    whose (score, distance) ranks no lower than the exact answer's last row, i.e. one that is in
+    *an* exact top 24 once ties on score and distance are broken otherwise than by id (the
+    generated graph's weights come from 23 relationship weights, so many hops tie and the id
+    decides which of them fill the last places)."""
+    got = rows[:LIMIT]
+    want = exact[:LIMIT]
+    ids = {r.id for r in want}
+    if len(want) < LIMIT:  # the exact answer is everything reachable: only its rows qualify
+        tied = sum(1 for r in got if r.id in ids)
+    else:
+        last = want[-1]
+        tied = sum(
+            1
+            for r in got
+            if r.score > last.score or (r.score == last.score and r.distance <= last.distance)
+        )
+    return {
+        "returned": len(got),
+        "in_exact": sum(1 for r in got if r.id in ids),
+        "tied_in_exact": tied,
+        "equal": [r.id for r in got] == [r.id for r in want],
+    }
+
+
 async def measure_quality(
-    url: str, work: Workload, service: list[Sample], *, depth: int, kind: str, samples: int
+    url: str, work: Workload, *, depth: int, kind: str, samples: int
 ) -> dict[str, Any]:
-    """How many of the returned top ``LIMIT`` are in the exact top ``LIMIT``: the case's first
-    ``samples`` walks against the same walk with every cap opened (:data:`UNCAPPED`, exact by
-    construction: nothing is cut, and the early stop is exact), over all walks and over those
-    that said ``frontier_capped``."""
+    """Quality under caps (issue 15): the case's first ``samples`` seed sets walked with the
+    service's caps (the settings of the run), with forced tight caps (:data:`TIGHT`, below the
+    limit) and with every cap opened (:data:`UNCAPPED`: exact by construction, nothing is cut and
+    the early stop is exact). A *capped walk* is one whose caps dropped at least one hop or node
+    (``caps_cut`` of :class:`app.repo.walk.WalkAnswer`), whether or not ``frontier_capped`` says
+    the cut could matter. For each cap setting: walks, capped walks, walks flagged, and the share
+    of the returned top :data:`LIMIT` in the exact top :data:`LIMIT` (by id, and ties counted),
+    over all walks and over the capped ones."""
+    from app.repo import walk as walk_repo
+
     engine = make_engine(url, statement_timeout_ms=120_000)
-    rows: list[dict[str, Any]] = []
+    settings = {"service": get_settings(), "tight": TIGHT}
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in settings}
     try:
         sets = work.seed_sets[kind][WARMUP_CALLS : WARMUP_CALLS + samples]
-        for k, seeds in enumerate(sets):
-            if k >= len(service) or service[k].ids is None:
-                continue
+        for seeds in sets:
             async with read_tx(engine) as conn:
-                exact = await expand_neighbors(
-                    conn, work.reader, _expand_request(seeds, depth), settings=UNCAPPED
+                origins = await walk_repo.resolve_seeds(
+                    conn, reader_params=work.reader.params(), seeds=seeds, project=None
                 )
-                tight = await expand_neighbors(
-                    conn, work.reader, _expand_request(seeds, depth), settings=TIGHT
-                )
-            want = {n.id for n in exact.neighbors}
-            got = service[k].ids or []
-            small = [n.id for n in tight.neighbors]
-            rows.append(
-                {
-                    "capped": bool(service[k].capped),
-                    "returned": len(got),
-                    "in_exact": sum(1 for i in got if i in want),
-                    "equal": got == [n.id for n in exact.neighbors],
-                    "exact_capped": bool(exact.filters["frontier_capped"]),
-                    "tight_capped": bool(tight.filters["frontier_capped"]),
-                    "tight_returned": len(small),
-                    "tight_in_exact": sum(1 for i in small if i in want),
-                    "tight_equal": small == [n.id for n in exact.neighbors],
-                }
-            )
+                if not origins:
+                    continue
+
+                async def run(
+                    s: Settings, conn: AsyncConnection = conn, origins: list[str] = origins
+                ) -> Any:
+                    params = walk_params(
+                        work.reader,
+                        origins=origins,
+                        depth=depth,
+                        limit=LIMIT,
+                        preview_chars=0,
+                        include_incoming=True,
+                        relationship_types=None,
+                        types=None,
+                        project=None,
+                        settings=s,
+                    )
+                    return await walk_repo.walk(conn, params=params)
+
+                exact = await run(UNCAPPED)
+                for name, s in settings.items():
+                    answer = await run(s)
+                    rows[name].append(
+                        {
+                            "caps_cut": answer.caps_cut,
+                            "flagged": answer.capped,
+                            "exact_flagged": exact.capped or exact.caps_cut,
+                            **_answer_quality(answer.rows, exact.rows),
+                        }
+                    )
     finally:
         await engine.dispose()
 
-    def share(selected: list[dict[str, Any]]) -> float | None:
+    def share(selected: list[dict[str, Any]], field: str) -> float | None:
         returned = sum(r["returned"] for r in selected)
-        return round(100 * sum(r["in_exact"] for r in selected) / returned, 1) if returned else None
+        return round(100 * sum(r[field] for r in selected) / returned, 1) if returned else None
 
-    capped = [r for r in rows if r["capped"]]
-    tight_rows = [
-        {"returned": r["tight_returned"], "in_exact": r["tight_in_exact"]}
-        for r in rows
-        if r["tight_capped"]
-    ]
+    def summary(name: str) -> dict[str, Any]:
+        out = rows[name]
+        cut = [r for r in out if r["caps_cut"]]
+        unflagged = [r for r in out if not r["flagged"]]
+        return {
+            "walks": len(out),
+            "caps_cut": len(cut),
+            "flagged": sum(r["flagged"] for r in out),
+            "in_exact_top_pct": share(out, "in_exact"),
+            "tied_in_exact_top_pct": share(out, "tied_in_exact"),
+            "capped_in_exact_top_pct": share(cut, "in_exact"),
+            "capped_tied_in_exact_top_pct": share(cut, "tied_in_exact"),
+            "identical_answers": sum(r["equal"] for r in out),
+            "unflagged": len(unflagged),
+            "unflagged_identical": sum(r["equal"] for r in unflagged),
+            "exact_walks_cut": sum(r["exact_flagged"] for r in out),
+        }
+
+    service = summary("service")
+    tight = summary("tight")
     return {
+        **service,
+        "hop_cap": settings["service"].walk_hop_cap or f"limit + 1 + seeds ({LIMIT} + 1 + seeds)",
+        "level_cap": settings["service"].walk_level_cap or "4 × (limit + 1)",
         "tight_caps": {
             "hop_cap": TIGHT.walk_hop_cap,
             "level_cap": TIGHT.walk_level_cap,
-            "capped": len(tight_rows),
-            "capped_in_exact_top_pct": share(tight_rows),
-            "flag_false_and_equal": sum(r["tight_equal"] for r in rows if not r["tight_capped"]),
-            "flag_false": sum(1 for r in rows if not r["tight_capped"]),
+            **tight,
         },
-        "compared": len(rows),
-        "capped": len(capped),
-        "in_exact_top_pct": share(rows),
-        "capped_in_exact_top_pct": share(capped),
-        "identical_answers": sum(r["equal"] for r in rows),
-        "uncapped_flag_false_and_equal": sum(r["equal"] for r in rows if not r["capped"]),
-        "uncapped_walks_capped": sum(r["exact_capped"] for r in rows),
     }
 
 
@@ -801,7 +852,6 @@ async def measure_all(
                     quality[key] = await measure_quality(
                         url,
                         work,
-                        service[(depth, kind)],
                         depth=depth,
                         kind=kind,
                         samples=QUALITY_SAMPLES,
@@ -1324,23 +1374,22 @@ def evaluate_targets(results: dict[str, Any], spec: GraphSpec) -> list[dict[str,
     if planned:
         target("walk planning per call (generic reused), max ms", max(planned), 1)
     for key, q in (results.get("quality") or {}).items():
-        tight = q.get("tight_caps") or {}
-        if tight.get("capped_in_exact_top_pct") is not None:
-            target(
-                f"quality {key}, caps {tight['hop_cap']}/{tight['level_cap']}: capped top 24 in"
-                " exact top 24 %",
-                tight["capped_in_exact_top_pct"],
-                95,
-                at_least=True,
-            )
-        if q.get("capped_in_exact_top_pct") is not None:
-            target(
-                f"quality {key}: capped top 24 in exact top 24 %",
-                q["capped_in_exact_top_pct"],
-                95,
-                at_least=True,
-            )
-        target(f"quality {key}: top 24 in exact top 24 %", q["in_exact_top_pct"], 95, at_least=True)
+        # capped walks: the service's caps dropped at least one hop or node (caps_cut)
+        target(
+            f"quality {key}: capped walks ({q['caps_cut']} of {q['walks']}), top 24 in exact"
+            " top 24 %",
+            q["capped_in_exact_top_pct"],
+            95,
+            at_least=True,
+        )
+        tight = q["tight_caps"]
+        target(
+            f"quality {key}, forced caps {tight['hop_cap']}/{tight['level_cap']}"
+            f" ({tight['caps_cut']} of {tight['walks']} capped): top 24 in exact top 24 %",
+            tight["capped_in_exact_top_pct"],
+            95,
+            at_least=True,
+        )
     if "fetch_slice" in results:  # not measured by a REST-only run
         target("fetch_slice: db p50 ms", results["fetch_slice"]["db_ms"]["p50"], 3)
     for label, what in (("common", "~100k x scale passages"), ("question", "6-word question")):

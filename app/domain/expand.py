@@ -200,8 +200,9 @@ async def _expand(
             project=asked.project,
             settings=s,
         )
-        rows, capped = await walk_repo.walk(conn, params=params)
-        filters["frontier_capped"] = capped
+        answer = await walk_repo.walk(conn, params=params)
+        rows = answer.rows
+        filters["frontier_capped"] = answer.capped
 
     neighbors = [_neighbor(row, preview_chars) for row in rows[:limit]]
     return ExpandResponse(

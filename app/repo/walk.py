@@ -18,8 +18,10 @@ breadth-first distance, not a per-path one. A level is built in these steps (§5
    nor a route, and hidden rows never eat the budget.
 2. ``best``: per unvisited node among rows ``ord <= :hop_cap``, its best hop (highest weight,
    then relationship name, outgoing before incoming, then predecessor id).
-3. ``ranked``/``kept``: a level before the last keeps ``:level_cap`` nodes (weight desc, id);
-   the last keeps the best ``:limit + 1`` of the asked types.
+3. ``ranked``/``kept``: a level before the last keeps its best ``:level_cap`` nodes (weight
+   desc, id) as the routes the next level expands, and at least ``:limit + 1`` as answers (a
+   level cap set under the limit stops the walk going deeper from the weaker nodes; it never
+   drops a node already found); the last keeps the best ``:limit + 1`` of the asked types.
 4. ``cuts``: the best (score, distance, id) a dropped row or node could have had (and, before the
    last level, any deeper node); ``held``: the best ``:limit + 1`` scores of the asked types so
    far; ``done``: the early stop, once no deeper node can beat them.
@@ -39,7 +41,7 @@ community id; computing it in the final SELECT keeps the CTE's columns unchanged
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -215,7 +217,9 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, typ
         -- relationship, neighbour id) and numbered (`ord`); rows past :hop_cap are never
         -- entered, they only bound what the cut may have dropped
         SELECT f.id AS pred, arm.*
-        FROM unnest(lvl.ids) AS f(id)
+        FROM unnest(CASE WHEN lvl.distance = 0 THEN lvl.ids  -- every seed; then the routes: a
+                         ELSE lvl.ids[1:CAST(:level_cap AS int)] END)  -- level's first :level_cap
+             AS f(id)
         CROSS JOIN LATERAL (
           -- is f a hub, either way? (index only, at most :hub_degree + 1 entries read)
           SELECT f.id NOT LIKE 'passage\_%' AND (
@@ -312,7 +316,9 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, typ
       ranked AS (
         -- step 3: the level in answer order (weight desc, id). The last level keeps only the
         -- best :limit + 1 nodes of the asked types (nothing deeper can use the others, and any
-        -- other ranks after them); an earlier level keeps :level_cap nodes of any type (routes)
+        -- other ranks after them); an earlier level keeps the best :level_cap nodes of any type
+        -- as routes (the next level expands them), and at least :limit + 1 as answers (a level
+        -- cap under the limit stops the walk going deeper, never drops a node already found)
         SELECT b.*, row_number() OVER (ORDER BY b.weight DESC, b.id) AS rk
         FROM best b
         WHERE lvl.distance + 1 < :depth
@@ -320,13 +326,15 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, typ
       ),
       kept AS (
         SELECT r.* FROM ranked r
-        WHERE r.rk <= CASE WHEN lvl.distance + 1 < :depth THEN :level_cap ELSE :limit + 1 END
+        WHERE r.rk <= CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
+                           ELSE :limit + 1 END
       ),
       cuts AS (
         -- what the caps of this level may have dropped, as the best (score, distance, id) a
         -- dropped node could have: a row past :hop_cap (its id bounds the dropped ones only
-        -- when no other relationship of its weight follows it), the first node past
-        -- :level_cap; and when something was dropped before the last level, any deeper node
+        -- when no other relationship of its weight follows it), the first node past those
+        -- kept, the deeper nodes of a kept node past :level_cap (not a route); and when
+        -- something was dropped before the last level, any deeper node
         SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
                lvl.distance + 1 AS distance,
                CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
@@ -335,7 +343,12 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, typ
         SELECT {SCORE.format(weight="r.weight", distance="lvl.distance + 1")},
                lvl.distance + 1, r.id
         FROM ranked r
-        WHERE lvl.distance + 1 < :depth AND r.rk = :level_cap + 1
+        WHERE lvl.distance + 1 < :depth AND r.rk = greatest(:level_cap, :limit + 1) + 1
+        UNION ALL
+        SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
+               lvl.distance + 2, '' COLLATE "C"
+        FROM ranked r
+        WHERE lvl.distance + 1 < :depth AND r.rk = :level_cap + 1 AND :level_cap < :limit + 1
       ),
       held AS (
         -- the best :limit + 1 scores of the asked types seen so far (for the early stop)
@@ -411,7 +424,8 @@ flags AS (
     -- the end of the answer) does not rank strictly before the best node it may have dropped
     SELECT c.cut_score IS NOT NULL AND NOT coalesce(
              k.score > c.cut_score OR (k.score = c.cut_score AND (k.distance < c.cut_distance
-               OR (k.distance = c.cut_distance AND k.id < c.cut_id))), false) AS capped
+               OR (k.distance = c.cut_distance AND k.id < c.cut_id))), false) AS capped,
+           c.cut_score IS NOT NULL AS caps_cut  -- a cap dropped something (harmless or not)
     FROM (SELECT 1) one
     LEFT JOIN (
         SELECT lvl.cut_score, lvl.cut_distance, lvl.cut_id FROM walk lvl
@@ -421,7 +435,7 @@ flags AS (
     ) c ON true
     LEFT JOIN top k ON k.rn = :limit + 1
 )
-SELECT f.capped, r.*
+SELECT f.capped, f.caps_cut, r.*
 FROM flags f
 LEFT JOIN LATERAL (
     SELECT w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
@@ -502,10 +516,24 @@ async def keyed_seeds(
     return reader_of(row), list(row.seeds or [])
 
 
-async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> tuple[list[WalkRow], bool]:
-    """Run the walk with all of its bound ``params``; return (up to limit+1 rows, capped flag)."""
+class WalkAnswer(NamedTuple):
+    """What one walk returns: its rows and what its caps did."""
+
+    rows: list[WalkRow]
+    """Up to ``limit + 1`` neighbor rows, in answer order (score desc, distance, id)."""
+    capped: bool
+    """``filters.frontier_capped``: a cap dropped a hop that could have changed the answer."""
+    caps_cut: bool
+    """A cap dropped at least one hop or node, whether or not it could change the answer (the
+    benchmark's "capped walks": ``caps_cut`` and not ``capped`` means the caps bit and the
+    answer is still the exact one)."""
+
+
+async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> WalkAnswer:
+    """Run the walk with all of its bound ``params``; return its rows and cap flags."""
     rows = (await conn.execute(WALK_SQL, params)).all()
     capped = bool(rows[0].capped) if rows else False
+    caps_cut = bool(rows[0].caps_cut) if rows else False
     out = [
         WalkRow(
             id=r.id,
@@ -531,4 +559,4 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> tuple[lis
         for r in rows
         if r.id is not None
     ]
-    return out, capped
+    return WalkAnswer(out, capped, caps_cut)
