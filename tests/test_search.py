@@ -604,3 +604,42 @@ async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt
     got = await _search(client, key, query="wombat eucalyptus", content_max_chars=0)
     for r in got["results"]:
         assert r["metadata"]["focus"]["excerpt"] == ""
+
+
+async def test_focus_counts_a_breadcrumb_word_as_a_body_word(engine, client):
+    """Inside one memory every span of a section carries its breadcrumb, so ``metadata.focus``
+    does not boost a breadcrumb word (the lane's ``field_boost``) but counts it once, like a
+    body word: a span whose text says the word three times outranks the spans of a section whose
+    heading holds it (with the boost, a heading occurrence alone would count 3 and the heading's
+    spans, earlier, would be named first)."""
+    sfx, org = secrets.token_hex(3), "org_focus_" + secrets.token_hex(4)
+    heading = "## Quokka facts\n\n" + "\n\n".join([SECTION] * 3) + "\n\n"
+    other = (
+        "## Island life\n\n"
+        + SECTION
+        + "\n\nA quokka smiles; every quokka is tame; a quokka is calm.\n"
+    )
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_quokka", "Marsupial notes", heading + other, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    async with engine.connect() as conn:
+        spans = (
+            await conn.execute(
+                text(
+                    "SELECT id, breadcrumb, content FROM passages"
+                    " WHERE org_id = :o AND parent_id = 'doc_quokka' ORDER BY passage_index"
+                ),
+                {"o": org},
+            )
+        ).all()
+    under_heading = [p.id for p in spans if "Quokka" in (p.breadcrumb or "")]
+    (holder,) = [p.id for p in spans if "every quokka" in p.content]
+    assert len(under_heading) >= 2 and holder not in under_heading
+    got = await _search(client, key, query="quokka")
+    (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_quokka"]
+    focus = hit["metadata"]["focus"]
+    assert focus["id"] == holder
+    assert set(focus["next"]) <= set(under_heading) and focus["next"]
