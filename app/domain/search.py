@@ -214,7 +214,7 @@ async def weigh(
 ) -> tuple[list[tuple[str, float]], search_repo.Scoring]:
     """The full-text lane's words of ``text`` with their weights (:func:`app.domain.terms.words`)
     and the scoring constants, from the statistics of the audiences ``reader`` reads (one
-    statement, ``sibyl:term_stats.weights``); the fallback weights and the default constants when
+    statement, ``sibyl:search.weights``); the fallback weights and the default constants when
     it has none to use (never counted, or an audience stale)."""
     tokens = terms.tokens(text)
     stats = (

@@ -18,7 +18,7 @@ every current passage's (``parent_revision`` = its memory's revision), whatever 
   shared form of that lock (``sibyl:term_stats.retire_lock``): a write and a refresh of the same
   org take turns, so a write never commits a change to a counted row that a refresh then counts
   as fresh without it;
-- ``sibyl:term_stats.weights`` reads a reader's sums for a query's words (:func:`lookup`).
+- ``sibyl:search.weights`` (named for the verb it serves) reads a reader's sums for a query's words (:func:`lookup`).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[])) AND fresh"
 )
 
 WEIGHTS_SQL = text(
-    f"""/* sibyl:term_stats.weights */
+    f"""/* sibyl:search.weights */
 WITH audiences AS (  -- what the reader reads: its readable projects, and '*' unless restricted
     SELECT a.audience FROM unnest(CAST(:r_projects AS text[])) AS a(audience)
   UNION
