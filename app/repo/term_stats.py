@@ -18,7 +18,8 @@ every current passage's (``parent_revision`` = its memory's revision), whatever 
   shared form of that lock (``sibyl:term_stats.retire_lock``): a write and a refresh of the same
   org take turns, so a write never commits a change to a counted row that a refresh then counts
   as fresh without it;
-- ``sibyl:search.weights`` (named for the verb it serves) reads a reader's sums for a query's words (:func:`lookup`).
+- ``sibyl:search.weights`` (named for the verb it serves) reads a reader's sums for a query's
+  words (:func:`lookup`).
 """
 
 from __future__ import annotations
@@ -165,11 +166,19 @@ async def vacuum(conn: AsyncConnection) -> None:
 
 async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     """:func:`refresh` each of ``org_ids``, one transaction each; (audiences, documents) by org.
-    The caller then vacuums (``VACUUM (ANALYZE) term_audiences, term_stats``)."""
+    Runs on an engine of its own to the same database, without the service's statement timeout
+    (server- and client-side: a whole org's vectors are read). The caller then vacuums
+    (:func:`vacuum`)."""
+    from app.core.db import make_engine
+
+    bulk = make_engine(engine.url.render_as_string(hide_password=False))
     out: dict[str, tuple[int, int]] = {}
-    for org_id in org_ids:
-        async with engine.begin() as conn:
-            out[org_id] = await refresh(conn, org_id=org_id)
+    try:
+        for org_id in org_ids:
+            async with bulk.begin() as conn:
+                out[org_id] = await refresh(conn, org_id=org_id)
+    finally:
+        await bulk.dispose()
     return out
 
 
