@@ -86,7 +86,8 @@ INSERT INTO term_stats (org_id, lexeme, audience, df)
 SELECT :org_id, u.lexeme, d.audience, count(*)
 FROM documents d
 CROSS JOIN LATERAL unnest(d.tsv) u
-GROUP BY u.lexeme, d.audience"""
+GROUP BY u.lexeme, d.audience
+ORDER BY u.lexeme, d.audience  -- a lexeme's rows on few pages: its lookup reads few buffers"""
 )
 
 RETIRE_LOCK_SQL = text(
@@ -100,28 +101,29 @@ UPDATE term_audiences SET fresh = false
 WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[])) AND fresh"""
 )
 
+# The audiences the bound reader reads: its readable projects, and '*' unless its key is
+# restricted to projects (the read rule, app/repo/readrule.py). A constant once the parameters are
+# bound (custom plans), so `= ANY(...)` is a hashed filter.
+_READER_AUDIENCES = f"""CASE WHEN :r_restricted THEN CAST(:r_projects AS text[])
+         ELSE array_append(CAST(:r_projects AS text[]), '{ORG_AUDIENCE}') END"""
+
 WEIGHTS_SQL = text(
     f"""/* sibyl:search.weights */
-WITH audiences AS (  -- what the reader reads: its readable projects, and '*' unless restricted
-    SELECT a.audience FROM unnest(CAST(:r_projects AS text[])) AS a(audience)
-  UNION
-    SELECT '{ORG_AUDIENCE}' WHERE NOT :r_restricted
-),
-totals AS (  -- their documents and lengths; stale: how many are not fresh
+WITH totals AS (  -- the reader's audiences' documents and lengths; stale: how many not fresh
     SELECT count(*) FILTER (WHERE NOT s.fresh) AS stale,
            coalesce(sum(s.documents), 0) AS documents, coalesce(sum(s.lengths), 0) AS lengths
     FROM term_audiences s
-    WHERE s.org_id = :r_org AND s.audience IN (SELECT audience FROM audiences)
+    WHERE s.org_id = :r_org AND s.audience = ANY({_READER_AUDIENCES})
 ),
 frequencies AS (  -- per word, the document frequency of its scarcest lexeme (stop words: none)
     SELECT w.word, min(coalesce(d.df, 0)) AS df
     FROM unnest(CAST(:words AS text[])) AS w(word)
     CROSS JOIN LATERAL unnest(tsvector_to_array(to_tsvector('english', w.word))) AS l(lexeme)
-    LEFT JOIN LATERAL (
+    LEFT JOIN LATERAL (  -- summed over the reader's audiences: one index range per lexeme
         SELECT sum(s.df) AS df
         FROM term_stats s
         WHERE s.org_id = :r_org AND s.lexeme = l.lexeme
-          AND s.audience IN (SELECT audience FROM audiences)
+          AND s.audience = ANY({_READER_AUDIENCES})
     ) d ON true
     GROUP BY w.word
 )
