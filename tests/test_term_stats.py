@@ -7,11 +7,12 @@
   nothing it sees, byte for byte; two readers who read the same audiences see the same ranks;
 - a write that changes or removes a counted row marks its audience not fresh in the same
   transaction (its readers fall back to the fixed weights), others stay fresh; a refresh
-  restores them.
+  restores them; a write and a refresh of the same org take turns (both orders tested).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 
@@ -233,3 +234,49 @@ async def test_a_write_to_a_counted_row_retires_its_audience_until_a_refresh(eng
     )
     assert r.status_code in (200, 201), r.text
     assert await _fresh(engine, t.org) == every
+
+
+async def test_a_write_during_a_refresh_retires_what_the_refresh_counted(engine):
+    """A write that changes a counted row waits for a refresh in progress (the refresh holds the
+    org's lock exclusively, a retire takes it shared), then retires the fresh counts: the refresh
+    may have read the row before the change, so its counts must not stay fresh."""
+    t = await Team().load(engine)
+    async with engine.connect() as refreshing, engine.connect() as writing:
+        await refreshing.begin()
+        await term_stats.refresh(refreshing, org_id=t.org)
+        await writing.begin()
+        retire = asyncio.create_task(term_stats.retire(writing, org_id=t.org, audiences=["p1"]))
+        await asyncio.sleep(0.3)
+        assert not retire.done()  # waits for the refresh's transaction
+        await refreshing.commit()
+        await asyncio.wait_for(retire, timeout=10)
+        await writing.commit()
+    assert await _fresh(engine, t.org) == {"p1": False, "p2": True, "p3": True, "*": True}
+
+
+async def test_a_refresh_waits_for_a_write_that_retired_until_it_commits(engine):
+    """The other order: a write that retired (its change not yet committed) holds the lock
+    shared; a refresh waits for it, so it counts the committed change and may stamp it fresh."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+    async with engine.connect() as writing, engine.connect() as refreshing:
+        await writing.begin()
+        await writing.execute(
+            text("UPDATE entities SET content = 'zebra' WHERE org_id = :o AND id = 'n1'"),
+            {"o": t.org},
+        )
+        await term_stats.retire(writing, org_id=t.org, audiences=["p1"])
+        await refreshing.begin()
+        refresh = asyncio.create_task(term_stats.refresh(refreshing, org_id=t.org))
+        await asyncio.sleep(0.3)
+        assert not refresh.done()  # waits for the write's transaction
+        await writing.commit()
+        await asyncio.wait_for(refresh, timeout=10)
+        await refreshing.commit()
+    assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}
+    async with engine.connect() as conn:
+        df = await conn.execute(
+            text("SELECT df FROM term_stats WHERE org_id = :o AND lexeme = 'zebra'"),
+            {"o": t.org},
+        )
+        assert df.scalar() == 1  # the committed change is counted
