@@ -989,7 +989,7 @@ async def load(
     while Python generates the next: computing the full-text vectors dominates the load.
     Otherwise the org's old rows are deleted first, every index and constraint stays in place
     and one connection loads in dependency order. Ends with ``VACUUM (ANALYZE)`` of every table,
-then counts the org's search word statistics (:func:`app.repo.term_stats.refresh`).
+    then counts the org's search word statistics (:func:`app.repo.term_stats.refresh`).
     """
     say = log or (lambda _: None)
     started = time.monotonic()

@@ -4,11 +4,12 @@
 documents over every stored row would let rows a reader cannot read change that reader's ranks,
 scores and order (contract §2: absent ≡ denied holds for ranking too). So a reader's counts come
 only from what it may read: per **audience** (a project's project-scoped memories; the org's
-org-scoped ones), ``sibyl-pg stats refresh`` (also run by the import and ``sibyl-pg communities
-rebuild``) counts the documents holding each lexeme (:mod:`app.repo.term_stats`); a reader sums
-the audiences it reads (its readable projects, and the org's unless its key is restricted).
-Private memories are never counted. Every row counted is one every reader of that audience may
-read, so two readers who read the same audiences see the same weights, whatever else is stored.
+org-scoped ones), ``sibyl-pg stats refresh`` (also run by a bulk import of 1,000 lines or more
+and by ``sibyl-pg communities rebuild``) counts the documents holding each lexeme
+(:mod:`app.repo.term_stats`); a reader sums the audiences it reads (its readable projects, and
+the org's unless its key is restricted). Private memories are never counted. Every row counted
+is one every reader of that audience may read, so two readers who read the same audiences see
+the same weights, whatever else is stored.
 
 Counts go stale: a write that changes or removes a counted row (its text, scope, project, or
 the row itself) marks its audience not fresh in the same transaction, and until the next refresh
