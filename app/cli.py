@@ -31,6 +31,8 @@ cli.add_typer(keys_cli, name="keys")
 register_admin_commands(cli, keys_cli)  # `keys list`, `admin ...` (app/cli_admin.py)
 communities_cli = typer.Typer(help="Detect memory communities.", no_args_is_help=True)
 cli.add_typer(communities_cli, name="communities")
+stats_cli = typer.Typer(help="Search word statistics (issue 12).", no_args_is_help=True)
+cli.add_typer(stats_cli, name="stats")
 cli.add_typer(bench_cli, name="bench")  # `bench generate`, `bench run` (app/bench/cli.py)
 
 DEMO_READERS = ("user_typing_reader", "user_packaging_reader", "user_org_admin", "user_outsider")
@@ -198,8 +200,39 @@ def communities_rebuild(
         str | None, typer.Option("--org", help="Only this org (default: every org)")
     ] = None,
 ) -> None:
-    """Re-detect and replace communities, per org in one transaction; print a summary each."""
+    """Re-detect and replace communities, per org in one transaction, and recount the search
+    word statistics (as ``stats refresh``); print a summary each."""
     _rebuild_communities([org] if org else None)
+
+
+@stats_cli.command("refresh")
+def stats_refresh(
+    org: Annotated[
+        str | None, typer.Option("--org", help="Only this org (default: every org)")
+    ] = None,
+) -> None:
+    """Recount the search word statistics (documents per lexeme and audience; docs/search.md),
+    per org in one transaction; print each org's audiences and documents."""
+    from app.repo import term_stats
+    from app.repo.communities import org_ids
+
+    async def go() -> dict[str, tuple[int, int]]:
+        engine = make_engine()
+        try:
+            async with engine.connect() as conn:
+                known = await org_ids(conn)
+            if org is not None and org not in known:
+                raise _err(f"no such org: {org}")
+            out = await term_stats.refresh_orgs(engine, [org] if org else known)
+            async with engine.connect() as conn:
+                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await term_stats.vacuum(auto)
+            return out
+        finally:
+            await engine.dispose()
+
+    for org_id, (audiences, documents) in asyncio.run(go()).items():
+        typer.echo(f"{org_id}: {documents} documents in {audiences} audiences")
 
 
 def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) -> None:
@@ -207,6 +240,7 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
     unknown org is an error, or silently skipped with ``skip_missing``."""
     from app.core.db import write_tx
     from app.domain.communities import RebuildSummary, rebuild
+    from app.repo import term_stats
     from app.repo.communities import org_ids, vacuum
 
     async def go() -> list[RebuildSummary]:
@@ -218,12 +252,16 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
             if missing and not skip_missing:
                 raise _err(f"no such org: {', '.join(missing)}")
             out = []
-            for org_id in known if orgs is None else [o for o in orgs if o in known]:
+            chosen = known if orgs is None else [o for o in orgs if o in known]
+            for org_id in chosen:
                 async with write_tx(engine) as conn:
                     out.append(await rebuild(conn, org_id=org_id))
+            await term_stats.refresh_orgs(engine, chosen)  # the search statistics too
             # a bulk rewrite: fresh statistics and visibility map (autovacuum may be off)
             async with engine.connect() as conn:
-                await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await vacuum(auto)
+                await term_stats.vacuum(auto)
             return out
         finally:
             await engine.dispose()

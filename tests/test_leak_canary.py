@@ -42,6 +42,7 @@ from sqlalchemy import text
 
 from app.api.app import create_app
 from app.mcp.server import build_mcp, fixed_key
+from app.repo import term_stats
 from tests.builders import import_dicts, make_key
 
 MARKER = "CANARY" + secrets.token_hex(8).upper()
@@ -317,8 +318,11 @@ def records(o: Org, *, with_secret: bool) -> list[dict[str, Any]]:
 
 
 async def load_org(engine: Any, o: Org, *, with_secret: bool) -> None:
-    """Import the org, add its (stale) community, mint the readers' keys."""
+    """Import the org, count its search statistics (issue 12: every read surface then weighs
+    words by the counts of what its reader reads), add its (stale) community, mint the readers'
+    keys."""
     await import_dicts(engine, records(o, with_secret=with_secret))
+    await term_stats.refresh_orgs(engine, [o.org])
     members = [V, COUSIN, *([SECRET] if with_secret else [])]
     async with engine.begin() as conn:
         await conn.execute(
@@ -607,6 +611,11 @@ async def test_the_probes_changed_nothing(engine, pair: Pair) -> None:
             count = text(f"SELECT count(*) FROM {table} WHERE org_id = :o")
             found = (await conn.execute(count, {"o": pair.real.org})).scalar()
             assert found == expected, (table, found)
+        stale = text(
+            "SELECT count(*) FILTER (WHERE NOT fresh), count(*) FROM term_audiences"
+            " WHERE org_id = :o"
+        )
+        assert tuple((await conn.execute(stale, {"o": pair.real.org})).one()) == (0, 3)
         row = (
             await conn.execute(
                 text("SELECT name, revision FROM entities WHERE org_id = :o AND id = :id"),

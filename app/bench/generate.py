@@ -56,6 +56,7 @@ from app.bench.defaults import DEFAULT_EDGES, DEFAULT_ENTITIES, DEFAULT_ORG, DEF
 from app.core.db import make_engine
 from app.domain.communities import community_id
 from app.domain.passages import passage_id
+from app.repo import term_stats
 from app.repo.readers import reader_by_user
 from app.repo.readrule import readable
 
@@ -987,7 +988,8 @@ async def load(
     (memories, passages, and everything that links them), each batch sent in the background
     while Python generates the next: computing the full-text vectors dominates the load.
     Otherwise the org's old rows are deleted first, every index and constraint stays in place
-    and one connection loads in dependency order. Ends with ``VACUUM (ANALYZE)`` of every table.
+    and one connection loads in dependency order. Ends with ``VACUUM (ANALYZE)`` of every table,
+    then counts the org's search word statistics (:func:`app.repo.term_stats.refresh`).
     """
     say = log or (lambda _: None)
     started = time.monotonic()
@@ -1037,6 +1039,14 @@ async def load(
         t0 = time.monotonic()
         await _run_split(conns[:2], [f"VACUUM (ANALYZE) {table}" for table in reversed(TABLES)])
         say(f"VACUUM (ANALYZE) in {time.monotonic() - t0:.1f}s")
+        t0 = time.monotonic()  # as an import does: search weighs words by the org's counts
+        stats_engine = make_engine(url)
+        try:
+            await term_stats.refresh_orgs(stats_engine, [spec.org])
+        finally:
+            await stats_engine.dispose()
+        await conn.execute("VACUUM (ANALYZE) term_audiences, term_stats")
+        say(f"search word statistics counted in {time.monotonic() - t0:.1f}s")
         hub_ids = plan.hub_ids()
         degree_rows = await conn.fetch(
             """SELECT h.id,

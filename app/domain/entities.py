@@ -260,11 +260,15 @@ async def delete_entity(
     conn: AsyncConnection, reader: Reader, entity_id: str, *, if_match: list[int] | None
 ) -> None:
     """Delete a memory with everything derived from it (passages, mentions, edges, grants,
-    community memberships). Raises ``NotFound``, ``Forbidden``, ``PreconditionFailed``."""
+    community memberships), retiring the word statistics that counted it. Raises ``NotFound``,
+    ``Forbidden``, ``PreconditionFailed``."""
     target = await permissions.writable_target(conn, reader, entity_id)
     if if_match is not None and target.revision not in if_match:
         raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
     await write_rules.retire_communities(conn, org_id=reader.org_id, ids=[target.id])
+    await write_rules.retire_term_stats(
+        conn, org_id=reader.org_id, scope=target.scope, project_id=target.project_id
+    )
     await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id)
 
 

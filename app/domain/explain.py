@@ -38,9 +38,10 @@ HIDDEN = ADMIN_HIDDEN
 # so a verb's texts differ only by which of its fixed statements ran:
 # expand: sibyl:expand_neighbors.seeds, sibyl:expand_neighbors (skipped when no seed resolves);
 # slice: sibyl:fetch_slice.target, sibyl:fetch_slice.window (skipped for a 404 or an uncut memory);
-# search: sibyl:search.candidates, sibyl:search.hits, sibyl:search.focus (both skipped for an
+# search: sibyl:search.weights (the reader's word statistics, issue 12; skipped for a query with
+# no word), sibyl:search.candidates, sibyl:search.hits, sibyl:search.focus (both skipped for an
 # empty page).
-STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 3}
+STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 4}
 
 
 @dataclass(frozen=True)

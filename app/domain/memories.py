@@ -254,6 +254,11 @@ async def save_entity(
     placed = (stored.scope, stored.project_id, stored.lifecycle)
     if placed != (data.scope, data.project_id, data.lifecycle):
         await write_rules.retire_communities(conn, org_id=org_id, ids=[data.id])
+    counted = (stored.name, stored.content, stored.scope, stored.project_id)
+    if body_changed or counted != (data.name, data.content, data.scope, data.project_id):
+        await write_rules.retire_term_stats(
+            conn, org_id=org_id, scope=stored.scope, project_id=stored.project_id
+        )
     if body_changed:
         await _write_cut(conn, org_id=org_id, data=data, revision=revision, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)

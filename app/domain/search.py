@@ -12,9 +12,11 @@ the request's filters (lifecycle, types, project) before it is capped or ranked:
   body (every cut tiles the whole body), and a passage's breadcrumb (A) with its text. Ranked by
   BM25: score = Σ over matched words of idf(w) × tf (k1 + 1) / (tf + k1 (1 − b + b × len /
   avg_len)), where tf counts a word's occurrences (one in a name or breadcrumb counts 3), len is
-  the document's number of distinct lexemes, k1 = 1.2, b = 0.75, avg_len = 100 (fixed
-  constants), and idf(w) comes from fixed English word frequencies (:mod:`app.domain.terms`): no
-  statistic of any stored row enters a score, so rows a reader cannot read cannot move, score or
+  the document's number of distinct lexemes, k1 = 1.2, b = 0.75; idf(w) and avg_len come from
+  the document counts of the audiences the reader reads (its readable projects' project-scoped
+  memories, the org's org-scoped ones; never a private memory), else from fixed English word
+  frequencies with avg_len = 100 (:mod:`app.domain.terms`, :func:`weigh`): every row a reader's
+  statistics count is one it may read, so rows a reader cannot read cannot move, score or
   reorder the rows they can (absent ≡ denied, §2). A document matching more words, rarer words,
   or a word in its name, ranks higher; a long memory competes through its name, its lead and its
   passages, so the passage holding the answer outranks the memory's opening.
@@ -66,6 +68,7 @@ from app.domain.reader import Reader
 from app.domain.schemas import SearchRequest, SearchResponse, SearchResult
 from app.domain.validation import normalize_names, normalize_project
 from app.repo import search as search_repo
+from app.repo import term_stats
 
 __all__ = [
     "EXACT",
@@ -81,6 +84,7 @@ __all__ = [
     "normalize_query",
     "rrf_score",
     "search",
+    "weigh",
 ]
 
 _LIFECYCLES = ("active", "superseded", "retired")
@@ -205,12 +209,31 @@ def fold(ranked: list[Ranked]) -> list[tuple[Ranked, list[str]]]:
     return list(best.values())
 
 
+async def weigh(
+    conn: AsyncConnection, reader: Reader, text: str
+) -> tuple[list[tuple[str, float]], search_repo.Scoring]:
+    """The full-text lane's words of ``text`` with their weights (:func:`app.domain.terms.words`)
+    and the scoring constants, from the statistics of the audiences ``reader`` reads (one
+    statement, ``sibyl:search.weights``); the fallback weights and the default constants when
+    it has none to use (never counted, or an audience stale)."""
+    tokens = terms.tokens(text)
+    stats = (
+        await term_stats.lookup(conn, reader_params=reader.params(), words=tokens)
+        if tokens
+        else None
+    )
+    if stats is None:
+        return terms.words(text), search_repo.Scoring()
+    return terms.words(text, stats), search_repo.Scoring(avg_length=stats.avg_length)
+
+
 async def find_candidates(
     conn: AsyncConnection,
     reader: Reader,
     *,
     query: str,
     words: str | None = None,
+    weighted: tuple[list[tuple[str, float]], search_repo.Scoring] | None = None,
     types: list[str] | None,
     lifecycles: list[str],
     project: str | None,
@@ -218,20 +241,21 @@ async def find_candidates(
 ) -> tuple[list[search_repo.Candidate], bool]:
     """Every readable candidate of the two lanes (see the module docstring) with its lane ranks,
     and whether a lane hit its cap. ``query`` feeds the exact lane; ``words`` (default:
-    ``query``) the full-text lane, as free text (split by :func:`app.domain.terms.words`).
-    Shared by ``search`` and ``context``."""
-    weighted = terms.words(query if words is None else words)
+    ``query``) the full-text lane, as free text (weighed by :func:`weigh`, unless ``weighted``
+    gives its result already). Shared by ``search`` and ``context``."""
+    found, scoring = weighted or await weigh(conn, reader, query if words is None else words)
     params = search_repo.candidate_params(
         reader.params(),
         query=query,
-        words=[w for w, _ in weighted],
-        idfs=[idf for _, idf in weighted],
+        words=[w for w, _ in found],
+        idfs=[idf for _, idf in found],
         types=types,
         lifecycles=lifecycles,
         project=project,
         cap=cap,
         term_cap=cap,
         scan=SCAN,
+        scoring=scoring,
     )
     return await search_repo.candidates(conn, params=params)
 
@@ -326,11 +350,12 @@ async def search(
     offset = policy.SEARCH_OFFSET.clamp(request.offset)
     preview_chars = policy.PREVIEW_CHARS.clamp(request.content_max_chars)
 
-    weighted = terms.words(query)
+    weighted, scoring = await weigh(conn, reader, query)
     found, capped = await find_candidates(
         conn,
         reader,
         query=query,
+        weighted=(weighted, scoring),
         types=types,
         lifecycles=lifecycles,
         project=project,
@@ -351,6 +376,7 @@ async def search(
         words=[w for w, _ in weighted],
         idfs=[idf for _, idf in weighted],
         per_memory=policy.SEARCH_FOCUS_SPANS,
+        scoring=scoring,
     )
     results: list[SearchResult] = []
     for r, collapsed in page:

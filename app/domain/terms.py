@@ -1,17 +1,33 @@
 """The full-text lane's query words and their weights (contract §2, §8; issue 12).
 
-**Why fixed language statistics.** BM25 weighs a word by its rarity (inverse document frequency).
-Counting documents in the service's own tables would let rows a reader cannot read change that
-reader's ranks, scores and order (contract §2: absent ≡ denied holds for ranking too), and
-per-audience counts would need a refresh job and could still go stale under a scope change. So
-rarity comes from a fixed, maintained table of English word frequencies, the ``wordfreq``
-package (its data ships inside the wheel; nothing is downloaded at run time): no row of any org
-enters a weight, so two readers who see the same rows see the same ranks, whatever else is
-stored. The cost: words common in one corpus but not in English (``python`` in the PEPs) weigh
-more than a corpus count would give them (docs/search.md measures it).
+**Whose statistics.** BM25 weighs a word by its rarity (inverse document frequency). Counting
+documents over every stored row would let rows a reader cannot read change that reader's ranks,
+scores and order (contract §2: absent ≡ denied holds for ranking too). So a reader's counts come
+only from what it may read: per **audience** (a project's project-scoped memories; the org's
+org-scoped ones), ``sibyl-pg stats refresh`` (also run by a bulk import of 1,000 lines or more
+and by ``sibyl-pg communities rebuild``) counts the documents holding each lexeme
+(:mod:`app.repo.term_stats`); a reader sums the audiences it reads (its readable projects, and
+the org's unless its key is restricted). Private memories are never counted. Every row counted
+is one every reader of that audience may read, so two readers who read the same audiences see
+the same weights, whatever else is stored.
 
-**Weight of a word.** ``f`` = the word's frequency in English text (``wordfreq.word_frequency``,
-at least :data:`MIN_FREQUENCY`; unknown words, such as identifiers, get that floor);
+Counts go stale: a write that changes or removes a counted row (its text, scope, project, or
+the row itself) marks its audience not fresh in the same transaction, and until the next refresh
+a reader of that audience gets the **fallback**: a fixed table of English word frequencies, the
+``wordfreq`` package (its data ships in the wheel), which no stored row enters. The fallback is
+also used when nothing was ever counted for the reader. A new row is counted only from the next
+refresh (it is then absent from the counts, never counted while unreadable). The fallback's
+cost: words common in the corpus but not in English (``python``, ``pep`` in the PEPs) weigh
+like rare words (docs/search.md measures both).
+
+**Weight of a word from counts.** With ``N`` documents the reader reads and ``df`` of them
+holding the word (a word of several lexemes: its scarcest), the BM25 IDF
+``ln(1 + (N − df + 0.5) / (df + 0.5))``; a word no counted document holds has ``df`` 0. A stop
+word (no lexeme) weighs 0.
+
+**Weight of a word, fallback.** ``f`` = the word's frequency in English text
+(``wordfreq.word_frequency``, at least :data:`MIN_FREQUENCY`; unknown words, such as
+identifiers, get that floor);
 ``p = min(1, f × WORDS_PER_DOCUMENT)`` approximates the share of documents of
 :data:`WORDS_PER_DOCUMENT` words holding it, and the weight is the BM25 IDF
 ``ln(1 + (1 − p) / (p + MIN_FREQUENCY × WORDS_PER_DOCUMENT))``: 0 for a word in every document
@@ -30,7 +46,18 @@ import math
 
 import wordfreq
 
-__all__ = ["MAX_WORDS", "MIN_FREQUENCY", "MIN_WEIGHT", "WORDS_PER_DOCUMENT", "weight", "words"]
+from app.repo.term_stats import Stats
+
+__all__ = [
+    "MAX_WORDS",
+    "MIN_FREQUENCY",
+    "MIN_WEIGHT",
+    "WORDS_PER_DOCUMENT",
+    "counted_weight",
+    "tokens",
+    "weight",
+    "words",
+]
 
 MAX_WORDS = 12
 """At most this many words of a query reach the full-text lane (the rarest)."""
@@ -49,13 +76,30 @@ def weight(word: str) -> float:
     return math.log(1.0 + (1.0 - p) / (p + MIN_FREQUENCY * WORDS_PER_DOCUMENT))
 
 
-def words(text: str) -> list[tuple[str, float]]:
+def counted_weight(documents: int, df: int) -> float:
+    """The BM25 IDF of a word ``df`` of ``documents`` documents hold (see the module docstring)."""
+    df = min(max(df, 0), documents)
+    return math.log(1.0 + (documents - df + 0.5) / (df + 0.5))
+
+
+def tokens(text: str) -> list[str]:
+    """The query's distinct words (lower-cased), in query order."""
+    return list(dict.fromkeys(wordfreq.tokenize(text, "en")))
+
+
+def words(text: str, stats: Stats | None = None) -> list[tuple[str, float]]:
     """The query's words with their weights, rarest first: at most :data:`MAX_WORDS`, each once;
-    an empty list when ``text`` holds no word."""
+    an empty list when ``text`` holds no word. Weights from ``stats`` (the reader's counts, which
+    hold every word of ``text``: a word absent from them is a stop word, weight 0), else the
+    fallback :func:`weight`."""
     seen: dict[str, float] = {}
-    for token in wordfreq.tokenize(text, "en"):
-        if token not in seen:
+    for token in tokens(text):
+        if stats is None:
             seen[token] = weight(token)
+        elif token in stats.df:
+            seen[token] = counted_weight(stats.documents, stats.df[token])
+        else:
+            seen[token] = 0.0
     order = {w: i for i, w in enumerate(seen)}
     ranked = sorted(seen.items(), key=lambda kv: (-kv[1], order[kv[0]]))
     kept = [kv for kv in ranked if kv[1] >= MIN_WEIGHT] or ranked[:1]

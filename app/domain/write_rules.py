@@ -21,7 +21,12 @@ a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP an
   communities that hold any memory it touched, in the same transaction
   (:func:`retire_communities`); they give no ``SHARES_COMMUNITY`` hop until ``sibyl-pg
   communities rebuild`` recomputes them. There is no automatic rebuild: detection reads a whole
-  org (Louvain over every link), which is not cheap enough to run after each write.
+  org (Louvain over every link), which is not cheap enough to run after each write;
+- **word statistics retired**: a write that changes or removes a row the search statistics count
+  (the text, scope or project of a project- or org-scoped memory, or the memory itself) marks its
+  audience's counts not fresh, in the same transaction (:func:`retire_term_stats`); its readers'
+  searches weigh words by the fallback until ``sibyl-pg stats refresh`` recounts
+  (:mod:`app.domain.terms`). A new memory is counted from the next refresh.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from app.core.errors import BadRequest, Conflict
 from app.domain.validation import ID_RE
 from app.repo import communities as community_repo
 from app.repo import entities as entity_repo
+from app.repo import term_stats
 from app.repo import writes as write_repo
 
 TYPE_RE = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -84,6 +90,17 @@ async def retire_communities(conn: AsyncConnection, *, org_id: str, ids: Sequenc
     write that made them stale)."""
     if ids:
         await community_repo.retire(conn, org_id=org_id, entity_ids=list(dict.fromkeys(ids)))
+
+
+async def retire_term_stats(
+    conn: AsyncConnection, *, org_id: str, scope: str, project_id: str | None
+) -> None:
+    """Mark not fresh the word statistics of the audience a memory of ``scope`` and
+    ``project_id`` was counted in (none for a private memory), in the transaction of the write
+    that changed or removed it."""
+    await term_stats.retire(
+        conn, org_id=org_id, audiences=term_stats.audiences_of(scope, project_id)
+    )
 
 
 @dataclass(frozen=True)

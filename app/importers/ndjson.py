@@ -26,9 +26,10 @@ one-at-a-time path; a memory already stored (or stated twice) goes through
 error names its line and the id it could not find (``edge dst 'pep_4242' does not exist in org
 'org_python'``).
 
-After a load of :data:`ANALYZE_AFTER` lines or more the touched tables are vacuumed and analyzed
-(``VACUUM (ANALYZE)``): the servers run without autovacuum, and a fresh visibility map lets the
-walk's index-only scans skip the heap.
+After a load of :data:`ANALYZE_AFTER` lines or more the search statistics of the orgs written are
+recounted (:func:`app.repo.term_stats.refresh`, issue 12) and the touched tables are vacuumed and
+analyzed (``VACUUM (ANALYZE)``): the servers run without autovacuum, and a fresh visibility map
+lets the walk's index-only scans skip the heap.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from app.domain.memories import (
 )
 from app.domain.validation import BAD_TEXT, stored_relationship
 from app.repo import communities as community_repo
-from app.repo import writes
+from app.repo import term_stats, writes
 
 IdStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 TypeStr = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
@@ -173,7 +174,8 @@ IMPORT_LOCK_SQL = "/* sibyl:import.lock */ SELECT pg_advisory_xact_lock(hashtext
 VACUUM_TIMEOUT_S = 600.0
 VACUUM_SQL = (
     "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
-    "passages, entity_grants, project_members, projects, users, communities, community_members"
+    "passages, entity_grants, project_members, projects, users, communities, community_members, "
+    "term_audiences, term_stats"
 )
 
 
@@ -481,6 +483,8 @@ async def import_records(
             exc.committed = committed
             raise
     if summary.lines >= ANALYZE_AFTER:
+        # a bulk load: recount the search statistics of the orgs it wrote (issue 12)
+        await term_stats.refresh_orgs(engine, sorted(summary.orgs))
         await vacuum(engine)
     return summary
 

@@ -22,7 +22,8 @@ The full-text lane, step by step (CTEs of the statement):
   vector is never unnested whole), a word's frequency being that of its scarcest lexeme; BM25.
 - ``fulltext``: the ``:cap`` best by score, then id.
 
-Every weight and constant is a bound parameter; no statistic of the stored rows enters a score.
+Every weight and constant is a bound parameter (the weights: :mod:`app.domain.terms`, from the
+reader's own audiences' counts or fixed English frequencies); no other statistic enters a score.
 """
 
 from __future__ import annotations
@@ -311,10 +312,11 @@ class Hit:
 
 @dataclass(frozen=True)
 class Scoring:
-    """The constants of the BM25 score (none is a corpus statistic): ``k1`` term-frequency
-    saturation, ``b`` length normalisation, ``avg_length`` the length (distinct lexemes) at which
-    a document is neither favoured nor penalised, ``field_boost`` what one occurrence in a name or
-    breadcrumb counts for, against 1 in a body."""
+    """The constants of the BM25 score: ``k1`` term-frequency saturation, ``b`` length
+    normalisation, ``avg_length`` the length (distinct lexemes) at which a document is neither
+    favoured nor penalised (the mean over the documents the reader's statistics count, when it
+    has them: :func:`app.domain.search.weigh`; else this fixed default), ``field_boost`` what
+    one occurrence in a name or breadcrumb counts for, against 1 in a body."""
 
     k1: float = 1.2
     b: float = 0.75

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Computed,
@@ -365,4 +366,41 @@ class PendingLink(Base):
             ["org_id", "src_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
         ),
         Index("ix_pending_links_target", "org_id", "dst_id", "src_id", unique=True),
+    )
+
+
+class TermAudience(Base):
+    """The size of one audience's search documents, counted by ``sibyl-pg stats refresh`` (issue
+    12; :mod:`app.repo.term_stats`). ``audience`` is a project id (its project-scoped memories)
+    or ``*`` (the org-scoped ones; no id can be ``*``); private memories are never counted.
+    ``documents``: memories and current passages; ``lengths``: the sum of their vectors' lengths
+    (distinct lexemes). ``fresh`` turns false, in the same transaction, when a write changes or
+    removes a counted row; search then weighs words as if no statistics existed until the next
+    refresh."""
+
+    __tablename__ = "term_audiences"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    audience: Mapped[str] = mapped_column(Id, primary_key=True)
+    documents: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    lengths: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    fresh: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
+    refreshed_at: Mapped[datetime] = _now()
+    __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
+
+
+class TermStat(Base):
+    """How many of one audience's search documents hold one lexeme (its document frequency).
+    Keyed lexeme before audience: a word's lookup is one index range over the audiences."""
+
+    __tablename__ = "term_stats"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Id, primary_key=True)
+    audience: Mapped[str] = mapped_column(Id, primary_key=True)
+    df: Mapped[int] = mapped_column(Integer, nullable=False)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "audience"],
+            ["term_audiences.org_id", "term_audiences.audience"],
+            ondelete="CASCADE",
+        ),
     )

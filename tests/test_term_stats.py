@@ -1,0 +1,282 @@
+"""Search word statistics by audience (issue 12; app/repo/term_stats.py, app/domain/terms.py).
+
+- the refresh counts exactly the project- and org-scoped memories and current passages, per
+  audience; private memories never;
+- a reader's weights come from the audiences it reads only: hidden documents full of a query's
+  words (another project's, private ones, org-scoped ones behind a restricted key) change
+  nothing it sees, byte for byte; two readers who read the same audiences see the same ranks;
+- a write that changes or removes a counted row marks its audience not fresh in the same
+  transaction (its readers fall back to the fixed weights), others stay fresh; a refresh
+  restores them; a write and a refresh of the same org take turns (both orders tested).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+
+from sqlalchemy import text
+
+from app.domain import terms
+from app.domain.search import weigh
+from app.repo import term_stats
+from app.repo.readers import reader_by_key
+from tests.builders import import_dicts, make_key
+from tests.team import Team, call
+
+
+def _org(org: str, sfx: str, users: dict[str, str]) -> list[dict]:
+    out: list[dict] = [{"kind": "org", "id": org, "name": "Stats"}]
+    out += [
+        {"kind": "user", "id": f"user_{n}_{sfx}", "org": org, "handle": n, "role": r}
+        for n, r in users.items()
+    ]
+    out += [
+        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+        {"kind": "project", "id": "p1", "org": org, "name": "Closed", "visibility": "private"},
+    ]
+    return out
+
+
+def _ent(org: str, sfx: str, id_: str, name: str, content: str, **extra) -> dict:
+    rec = {
+        "kind": "entity",
+        "id": id_,
+        "org": org,
+        "type": "note",
+        "name": name,
+        "content": content,
+        "scope": extra.pop("scope", "project"),
+        "owner": f"user_{extra.pop('owner', 'ann')}_{sfx}",
+    }
+    if rec["scope"] != "org":
+        rec["project"] = extra.pop("project", "p2")
+    return rec
+
+
+def _world(org: str, sfx: str, *, stuffed: bool, org_stuffed: bool = True) -> list[dict]:
+    out = [
+        *_org(org, sfx, {"ann": "member", "cat": "member", "bob": "member"}),
+        {"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "contributor"},
+        _ent(org, sfx, "v_one", "Kelp forests", "Kelp forests grow in cold water near coasts."),
+        _ent(org, sfx, "v_two", "Coral", "Coral reefs grow in warm water; kelp is rare there."),
+        _ent(org, sfx, "v_three", "Tides", "Tides move water along coasts twice a day."),
+        _ent(org, sfx, "v_four", "Harbours", "Boats in harbours wait for the tide and the water."),
+        _ent(org, sfx, "o_one", "Org kelp", "Kelp and water for every member.", scope="org"),
+    ]
+    if stuffed:  # another project's, private ones, and org-scoped ones: full of the query words
+        stuffing = "kelp forests cold water coasts grow tides " * 40
+        out += [
+            _ent(org, sfx, f"h_{i}", f"Kelp {i}", stuffing, project="p1", owner="bob")
+            for i in range(30)
+        ]
+        out += [
+            _ent(org, sfx, f"hp_{i}", "Kelp water", stuffing, scope="private", owner="bob")
+            for i in range(10)
+        ]
+    if stuffed and org_stuffed:
+        out += [
+            _ent(org, sfx, f"ho_{i}", "Kelp tides", stuffing, scope="org", owner="bob")
+            for i in range(10)
+        ]
+    return out
+
+
+QUERIES = ("kelp", "Where do kelp forests grow in cold water?", "water coasts", "tides boats")
+
+
+async def _search(client, key: str, **body) -> dict:
+    r = await call(client, "POST", "/api/search", key, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def _weights(engine, key: str, query: str):
+    async with engine.connect() as conn:
+        reader = await reader_by_key(conn, key=key)
+        assert reader is not None
+        return await weigh(conn, reader, query)
+
+
+async def test_the_refresh_counts_each_audience_never_a_private_memory(engine):
+    sfx, org = secrets.token_hex(3), "org_st_" + secrets.token_hex(4)
+    await import_dicts(engine, _world(org, sfx, stuffed=True))
+    assert await term_stats.refresh_orgs(engine, [org]) == {org: (3, 4 + 30 + 11)}
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT a.audience, a.documents, s.df FROM term_audiences a"
+                " LEFT JOIN term_stats s ON s.org_id = a.org_id AND s.audience = a.audience"
+                "  AND s.lexeme = 'kelp'"
+                " WHERE a.org_id = :o ORDER BY 1"
+            ),
+            {"o": org},
+        )
+        got = {r.audience: (r.documents, r.df) for r in rows}
+    # '*': o_one and the 10 org-scoped stuffed ones; p1: the 30 hidden; p2: the 4 visible
+    assert got == {"*": (11, 11), "p1": (30, 30), "p2": (4, 2)}
+
+
+async def test_hidden_documents_full_of_the_query_words_change_no_counted_weight(engine, client):
+    """No leak through ranking (§2, §8) with counted statistics: an org where 50 memories the
+    reader cannot read (another project's, private ones, and, behind a key restricted to a
+    project, org-scoped ones) are stuffed with the query's words answers that reader byte for
+    byte as the same org without them. The counts are in use (not the fallback)."""
+    answers: dict[str, list[str]] = {}
+    for world in ("hidden", "hidden_and_org", "none"):
+        sfx, org = secrets.token_hex(3), "org_st_" + secrets.token_hex(4)
+        stuffed = world != "none"
+        await import_dicts(
+            engine, _world(org, sfx, stuffed=stuffed, org_stuffed=world == "hidden_and_org")
+        )
+        await term_stats.refresh_orgs(engine, [org])
+        cat = await make_key(engine, f"user_cat_{sfx}")  # reads p2 and the org's memories
+        ann_p2 = await make_key(engine, f"user_ann_{sfx}", projects=["p2"])  # p2 only
+        for key in (cat, ann_p2):
+            words, scoring = await _weights(engine, key, "kelp water")
+            assert scoring.avg_length != 100.0  # counted statistics, not the fallback
+            assert dict(words)["kelp"] != terms.weight("kelp")
+        for name, key in (("cat", cat), ("ann_p2", ann_p2)):
+            answers[f"{world}:{name}"] = [
+                json.dumps(await _search(client, key, query=q, limit=50)) for q in QUERIES
+            ]
+        bob = await make_key(engine, f"user_bob_{sfx}")  # reads p1: its weights do change
+        seen = await _search(client, bob, query="kelp", limit=50)
+        assert any(r["id"].startswith("h_") for r in seen["results"]) == stuffed
+    # another project's and private memories: hidden from both readers
+    assert answers["hidden:cat"] == answers["none:cat"]
+    assert answers["hidden:ann_p2"] == answers["none:ann_p2"]
+    # org-scoped ones too, from a key restricted to a project
+    assert answers["hidden_and_org:ann_p2"] == answers["none:ann_p2"]
+    assert answers["hidden_and_org:cat"] != answers["none:cat"]  # cat reads them: they count
+
+
+async def test_two_readers_of_the_same_audiences_see_the_same_ranks(engine, client):
+    """Weights depend on the audiences a reader reads, nothing else: two members reading the
+    same projects get byte-identical answers; a reader of one more project gets other weights."""
+    sfx, org = secrets.token_hex(3), "org_st_" + secrets.token_hex(4)
+    await import_dicts(engine, _world(org, sfx, stuffed=True))
+    await term_stats.refresh_orgs(engine, [org])
+    cat = await make_key(engine, f"user_cat_{sfx}")
+    bob = await make_key(engine, f"user_bob_{sfx}")
+    ann_p2 = await make_key(engine, f"user_ann_{sfx}", projects=["p2"])
+    cat_p2 = await make_key(engine, f"user_cat_{sfx}", projects=["p2"])
+    for q in QUERIES:
+        assert await _search(client, ann_p2, query=q, limit=50) == await _search(
+            client, cat_p2, query=q, limit=50
+        )
+    assert (await _weights(engine, cat, "kelp"))[0] != (await _weights(engine, bob, "kelp"))[0]
+    assert (await _weights(engine, cat, "kelp"))[0] != (await _weights(engine, cat_p2, "kelp"))[0]
+
+
+async def _fresh(engine, org: str) -> dict[str, bool]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT audience, fresh FROM term_audiences WHERE org_id = :o"), {"o": org}
+        )
+        return {r.audience: r.fresh for r in rows}
+
+
+async def test_a_write_to_a_counted_row_retires_its_audience_until_a_refresh(engine, client):
+    t = await Team().load(engine)
+    every = {"p1": True, "p2": True, "p3": True, "*": True}
+
+    async def refresh() -> None:
+        await term_stats.refresh_orgs(engine, [t.org])
+        assert await _fresh(engine, t.org) == every  # an audience with no memory: no row
+
+    await refresh()
+    ann, own, bob = [await t.key(engine, n) for n in ("ann", "own", "bob")]
+    own_p2 = await t.key(engine, "own", projects=["p2"])
+
+    async def patch(key: str, id_: str, **body) -> None:
+        r = await call(client, "PATCH", f"/api/entities/{id_}", key, json=body)
+        assert r.status_code == 200, r.text
+
+    # what no counted row changes retires nothing: metadata, lifecycle, a private memory
+    await patch(ann, "n1", metadata={"tag": "x"})
+    await patch(ann, "mine", content="Private words change no statistic.")
+    await patch(bob, "shared", content="Neither do a private memory's in a project.")
+    assert await _fresh(engine, t.org) == every
+
+    await patch(ann, "n1", content="A new body for n1.")  # p1's counts are stale now
+    assert await _fresh(engine, t.org) == {**every, "p1": False}
+    ann_words, ann_scoring = await _weights(engine, ann, "body")
+    assert ann_words == terms.words("body") and ann_scoring.avg_length == 100.0  # fallback
+    p2_words, _ = await _weights(engine, own_p2, "body")  # reads p2 only: still counted
+    assert p2_words != terms.words("body")
+    await refresh()
+
+    await patch(ann, "n2", scope="private")  # it leaves p1's audience
+    assert await _fresh(engine, t.org) == {**every, "p1": False}
+    await refresh()
+    await patch(own, "orgnote", name="Renamed org note")
+    assert await _fresh(engine, t.org) == {**every, "*": False}
+    await refresh()
+    await patch(own, "pub", project="p1")  # moved from p2 to p1: p2 counted it
+    assert await _fresh(engine, t.org) == {**every, "p2": False}
+    del every["p2"]  # p2 holds no memory now
+    await refresh()
+    r = await call(client, "DELETE", "/api/entities/hid", bob)
+    assert r.status_code == 204, r.text
+    assert await _fresh(engine, t.org) == {**every, "p3": False}
+    del every["p3"]
+    await refresh()
+
+    # a new memory is counted from the next refresh: nothing retired
+    r = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        json={"id": "n9", "type": "note", "name": "New", "content": "Fresh.", "project": "p1"},
+    )
+    assert r.status_code in (200, 201), r.text
+    assert await _fresh(engine, t.org) == every
+
+
+async def test_a_write_during_a_refresh_retires_what_the_refresh_counted(engine):
+    """A write that changes a counted row waits for a refresh in progress (the refresh holds the
+    org's lock exclusively, a retire takes it shared), then retires the fresh counts: the refresh
+    may have read the row before the change, so its counts must not stay fresh."""
+    t = await Team().load(engine)
+    async with engine.connect() as refreshing, engine.connect() as writing:
+        await refreshing.begin()
+        await term_stats.refresh(refreshing, org_id=t.org)
+        await writing.begin()
+        retire = asyncio.create_task(term_stats.retire(writing, org_id=t.org, audiences=["p1"]))
+        await asyncio.sleep(0.3)
+        assert not retire.done()  # waits for the refresh's transaction
+        await refreshing.commit()
+        await asyncio.wait_for(retire, timeout=10)
+        await writing.commit()
+    assert await _fresh(engine, t.org) == {"p1": False, "p2": True, "p3": True, "*": True}
+
+
+async def test_a_refresh_waits_for_a_write_that_retired_until_it_commits(engine):
+    """The other order: a write that retired (its change not yet committed) holds the lock
+    shared; a refresh waits for it, so it counts the committed change and may stamp it fresh."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+    async with engine.connect() as writing, engine.connect() as refreshing:
+        await writing.begin()
+        await writing.execute(
+            text("UPDATE entities SET content = 'zebra' WHERE org_id = :o AND id = 'n1'"),
+            {"o": t.org},
+        )
+        await term_stats.retire(writing, org_id=t.org, audiences=["p1"])
+        await refreshing.begin()
+        refresh = asyncio.create_task(term_stats.refresh(refreshing, org_id=t.org))
+        await asyncio.sleep(0.3)
+        assert not refresh.done()  # waits for the write's transaction
+        await writing.commit()
+        await asyncio.wait_for(refresh, timeout=10)
+        await refreshing.commit()
+    assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}
+    async with engine.connect() as conn:
+        df = await conn.execute(
+            text("SELECT df FROM term_stats WHERE org_id = :o AND lexeme = 'zebra'"),
+            {"o": t.org},
+        )
+        assert df.scalar() == 1  # the committed change is counted
