@@ -53,7 +53,7 @@ the org admin: ``docs/search.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -376,8 +376,7 @@ async def search(
         words=[w for w, _ in weighted],
         idfs=[idf for _, idf in weighted],
         per_memory=policy.SEARCH_FOCUS_SPANS,
-        # the reader's length statistics, the focus's own field boost (FOCUS_SCORING)
-        scoring=replace(scoring, field_boost=search_repo.FOCUS_SCORING.field_boost),
+        scoring=scoring,
     )
     results: list[SearchResult] = []
     for r, collapsed in page:

@@ -448,7 +448,7 @@ documents AS (  -- every current span of each readable memory (a memory never cu
     WHERE t.org_id = :r_org AND t.id = ANY(CAST(:memories AS text[])) AND t.passage_total = 0
       AND {readable("t")}
 ),
-{_TERM_FREQUENCIES}scored AS (  -- BM25, the formula of the full-text lane (FOCUS_SCORING)
+{_TERM_FREQUENCIES}scored AS (  -- BM25, the formula and constants of the full-text lane
     SELECT c.memory_id, c.id, c.passage_index,
            {_BM25} AS text_rank
     FROM documents c
@@ -495,14 +495,6 @@ class Focus:
     content: str
 
 
-FOCUS_SCORING = Scoring(field_boost=1.0)
-"""The constants :func:`focus` scores a memory's spans with: the full-text lane's, except that a
-breadcrumb word counts as a body word (``field_boost`` 1). Across memories a breadcrumb match is
-strong evidence of where a topic is treated, so the lane boosts it; inside one memory every span
-of a section carries that section's breadcrumb, so the boost lifts all of them alike and the
-named spans crowd into one section, repeating each other (measured on the evaluation's
-questions, ``docs/eval.md``)."""
-
 FOCUS_TEXT_CHARS = 20_000
 """The most characters of a focus span read for its excerpt (a prose span is at most 2,000
 characters but a single oversized leaf or a never-cut memory may be longer)."""
@@ -516,14 +508,14 @@ async def focus(
     words: list[str],
     idfs: list[float],
     per_memory: int = 3,
-    scoring: Scoring = FOCUS_SCORING,
+    scoring: Scoring = Scoring(),
 ) -> dict[str, Focus]:
     """For each readable memory of ``memories`` (ids) that matches any of ``words`` (weights
-    ``idfs``): its ``per_memory`` (≥ 1) best spans by the full-text lane's BM25 formula (with
-    :data:`FOCUS_SCORING`: a breadcrumb word counts as a body word), over **all** its current
-    spans (not only those the candidate scans found), best first (ties: the earlier span). Keyed
-    by memory id; a memory with no match is absent. Only the memory's own rows are scored:
-    nothing another reader holds enters."""
+    ``idfs``): its ``per_memory`` (≥ 1) best spans by the full-text lane's BM25 (``scoring``: the
+    lane's constants with the reader's length statistics), over **all** its current spans (not
+    only those the candidate scans found), best first (ties: the earlier span). Keyed by memory
+    id; a memory with no match is absent. Only the memory's own rows are scored: nothing another
+    reader holds enters."""
     if not memories or not words:
         return {}
     rows = await conn.execute(
