@@ -27,7 +27,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.app import create_app
-from app.core.db import make_engine
+from app.core.db import make_engine, statement_engine
 from app.core.settings import Settings, get_settings
 from app.domain.explain import explain, explain_for_user, verbs
 from app.domain.schemas import ExpandRequest
@@ -202,7 +202,6 @@ async def test_the_keyed_walk_never_scans_a_table(plan_engine, graph, body, caps
     # REST expand's one statement (key -> reader -> readable seeds -> walk) runs on the generic
     # plans of app.core.db.statement_engine: index probes by key hash, by seed id and by node,
     # whatever the org's size; its plan is the walk's plan with the reader's values computed
-    from app.core.db import statement_engine
     from app.domain.expand import expand_for_key
 
     key = await make_key(plan_engine, graph.member)
@@ -266,6 +265,7 @@ async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
         failed.append(explain_repo.statement_name(context.statement or ""))
 
     event.listen(tiny.sync_engine, "handle_error", on_error)
+    event.listen(statement_engine(tiny).sync_engine, "handle_error", on_error)  # REST expand
     app = create_app(tiny, settings=wide)
     headers = {"Authorization": f"Bearer {key}"}
     walk = {"entity_ids": [graph.entity(i) for i in range(1, 6)], "depth": 3, "types": ["zzz"]}
@@ -280,7 +280,7 @@ async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
             assert r.status_code == 503, r.text
             assert r.json() == {"detail": "The query took longer than the statement timeout"}
             assert int(r.headers["Retry-After"]) > 0
-            assert failed == ["sibyl:expand_neighbors"]
+            assert failed == ["sibyl:expand_neighbors.keyed"]  # REST expand: its one statement
 
             r = await client.post("/api/admin/explain/expand", json=walk, headers=headers)
             assert r.status_code == 503 and "Retry-After" in r.headers

@@ -204,6 +204,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                    SELECT count(*) FROM (
                      SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.dst_id = f.id
                      LIMIT :hub_degree + 1) d) > :hub_degree AS in_hub
+          OFFSET 0  -- a fence: counted once per node, not once in each arm that asks
         ) deg
         CROSS JOIN LATERAL (
             {_edge_arm("out")}
@@ -478,11 +479,20 @@ sd AS MATERIALIZED (
       SELECT CASE WHEN 'read' = ANY(rd.scopes) THEN ARRAY(
                SELECT s.id
                FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
-               LEFT JOIN passages p ON p.org_id = rd.org_id AND p.id = s.id
-               JOIN entities t ON t.org_id = rd.org_id AND t.id = coalesce(p.parent_id, s.id)
-               WHERE {readable_by("t", "rd")}
-                 AND t.lifecycle <> 'retired'
-                 AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+               CROSS JOIN LATERAL (
+                 -- one index probe per seed (a passage stands for its parent), whatever the
+                 -- org's size: this statement's plan is generic and made for an average org,
+                 -- so no join here may become a scan of the org (the sub-select and LIMIT 1,
+                 -- one row of the primary key anyway, keep both probes per seed)
+                 SELECT 1 FROM entities t
+                 WHERE t.org_id = rd.org_id
+                   AND t.id = coalesce((SELECT p.parent_id FROM passages p
+                                        WHERE p.org_id = rd.org_id AND p.id = s.id), s.id)
+                   AND {readable_by("t", "rd")}
+                   AND t.lifecycle <> 'retired'
+                   AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+                 LIMIT 1
+               ) t
                ORDER BY s.ord) END AS seeds
       FROM rd
       OFFSET 0  -- a fence: the seeds are resolved once, not once per use of x.seeds
