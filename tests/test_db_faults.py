@@ -268,21 +268,32 @@ async def entities_locked(served: Served) -> AsyncIterator[None]:
         await conn.close()
 
 
-async def test_pool_exhaustion_is_503_after_the_pool_wait_not_a_queue(served: Served) -> None:
+@pytest.mark.parametrize(
+    ("holder", "waiters"),
+    [
+        # REST expand has a pool of its own (one-statement connections, app.core.db
+        # .statement_engine), of the same size; the other reads share the engine's pool
+        pytest.param(READS[0], [READS[0]], id="expand-pool"),
+        pytest.param(READS[1], READS[1:3], id="engine-pool"),
+    ],
+)
+async def test_pool_exhaustion_is_503_after_the_pool_wait_not_a_queue(
+    served: Served, holder: tuple[str, dict], waiters: list[tuple[str, dict]]
+) -> None:
     async with http(served) as client:
         await serves_again(client, served)
         async with entities_locked(served):
-            path, body = READS[0]
-            holder = asyncio.create_task(
+            path, body = holder
+            holding = asyncio.create_task(
                 timed(client, "POST", path, json=body, headers=served.auth)
             )
             await asyncio.sleep(0.3)  # the holder has the pool's one connection, waiting
-            assert not holder.done()
-            for path, body in READS[1:3]:  # two waits of 0.5 s, well within the timeout
+            assert not holding.done()
+            for path, body in waiters:  # waits of 0.5 s, well within the timeout
                 a = await timed(client, "POST", path, json=body, headers=served.auth)
                 assert_clean_503(a, path)
                 assert "saturated" in a.body  # the pool wait ended it, not a statement
-        held = await holder  # released before its statement timeout: it completes
+        held = await holding  # released before its statement timeout: it completes
         assert held.status == 200, held.body
         await serves_again(client, served)
 

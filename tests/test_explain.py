@@ -9,12 +9,15 @@ admin route is a 404 for every key but an admin one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 import pytest
 from sqlalchemy import event
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.core.db import statement_engine
 from app.domain.explain import STATEMENT_SHAPES, explain_for_user
 from tests.builders import import_dicts, make_key
 from tests.world import World
@@ -70,14 +73,18 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
     def record(conn, cursor, statement, parameters, context, executemany):
         sent.append((statement, tuple(parameters)))
 
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    engines = [engine.sync_engine, statement_engine(engine).sync_engine]  # REST expand: the 2nd
+    for eng in engines:
+        event.listen(eng, "before_cursor_execute", record)
     try:
         r = await client.post(ROUTES[verb], json=BODIES[verb], headers=_auth(keys["admin"]))
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
+        for eng in engines:
+            event.remove(eng, "before_cursor_execute", record)
     assert r.status_code == 200, r.text
     served = [(sql, params) for sql, params in sent if not sql.startswith("/* sibyl:reader")]
-    assert len(served) == STATEMENT_SHAPES[verb]  # these bodies run every statement of the verb
+    # these bodies run every statement of the verb (REST expand: its one keyed statement)
+    assert len(served) == (1 if verb == "expand" else STATEMENT_SHAPES[verb])
 
     r = await client.post(
         f"/api/admin/explain/{verb}", json=BODIES[verb], headers=_auth(keys["admin"])
@@ -89,12 +96,21 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
         (s["sql"], tuple(p["value"] for p in s["parameters"])) for s in report["statements"]
     ]
     if verb == "expand":
-        # REST expand authenticates inside its seed statement (issue 15: one round trip fewer);
-        # explain reads as a user, so it shows the seed statement MCP and the CLI send, and the
-        # very walk REST sends: same text, same values.
-        assert served[0][0].startswith("/* sibyl:expand_neighbors.keyed_seeds */")
+        # REST expand is one statement that authenticates the key, resolves the seeds and walks
+        # (issue 15); explain reads as a user, so it shows the seed statement and the walk MCP
+        # and the CLI send. The REST statement holds that very walk, with the reader's values
+        # and the seeds computed in the statement (app.repo.walk.KEYED_WALK_SQL).
+        from app.repo.walk import KEYED_WALK_SQL, WALK_ANSWER, WALK_CTES, WALK_SQL, from_key
+
+        def sent_as(statement: Any) -> str:
+            return str(statement.compile(dialect=engine.dialect))
+
+        assert served[0][0] == sent_as(KEYED_WALK_SQL)
+        assert from_key(WALK_CTES) in KEYED_WALK_SQL.text
+        assert from_key(WALK_ANSWER) in KEYED_WALK_SQL.text
         assert explained[0][0].startswith("/* sibyl:expand_neighbors.seeds */")
-        assert explained[1:] == served[1:]
+        assert explained[1][0] == sent_as(WALK_SQL)
+        assert WALK_CTES in WALK_SQL.text and WALK_ANSWER in WALK_SQL.text
     else:
         assert explained == served
     for stmt in report["statements"]:

@@ -27,7 +27,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.app import create_app
-from app.core.db import make_engine
+from app.core.db import make_engine, statement_engine
 from app.core.settings import Settings, get_settings
 from app.domain.explain import explain, explain_for_user, verbs
 from app.domain.schemas import ExpandRequest
@@ -197,33 +197,34 @@ async def test_walk_plans_never_scan_a_table(plan_engine, graph, body, caps, mod
     assert {"entities", "edges", "mentions", "passages"} <= read
 
 
-async def test_the_keyed_seed_statement_never_scans_a_table(plan_engine, graph):
-    # REST expand's first statement (key -> reader -> readable seeds) runs on the connection's
-    # custom plans: index probes by key hash and by seed id, whatever the org's size
-    from sqlalchemy import text
-
-    from app.repo.readers import hash_key
-    from app.repo.walk import KEYED_SEEDS_SQL
+@pytest.mark.parametrize(("body", "caps"), WALKS)
+async def test_the_keyed_walk_never_scans_a_table(plan_engine, graph, body, caps):
+    # REST expand's one statement (key -> reader -> readable seeds -> walk) runs on the generic
+    # plans of app.core.db.statement_engine: index probes by key hash, by seed id and by node,
+    # whatever the org's size; its plan is the walk's plan with the reader's values computed
+    from app.domain.expand import expand_for_key
 
     key = await make_key(plan_engine, graph.member)
-    seeds = _ids(graph, {"entity_ids": ["e000001", "e000016", "passage_e000016_07", "nope"]})
-    params = {"key_hash": hash_key(key), "seed_ids": seeds["entity_ids"], "project": None}
-    async with plan_engine.connect() as conn:
-        plan = (
-            await conn.execute(
-                text("EXPLAIN (ANALYZE, FORMAT JSON) " + KEYED_SEEDS_SQL.text), params
-            )
-        ).scalar()
-        row = (await conn.execute(KEYED_SEEDS_SQL, params)).one()
+    request = ExpandRequest(**_ids(graph, body), include_incoming=True)
+    async with (
+        statement_engine(plan_engine).connect() as conn,
+        explain_repo.capture(conn) as captured,
+    ):
+        answer = await expand_for_key(conn, key, request, settings=_settings(**caps))
+    assert answer.neighbors
+    assert [c.name for c in captured] == ["sibyl:expand_neighbors.keyed"]
+    async with explain_repo.rolled_back_read(plan_engine) as conn:
+        plan = await explain_repo.explain_statement(conn, captured[0], fmt="json", mode="generic")
     # the memory tables only: the key's own tables (api_keys, users, projects, members) are a
     # handful of rows in the test database, where a scan is the planner's right choice; the
     # same lookup as sibyl:reader.by_key, which every other verb sends
-    memory = {"entities", "passages", "entity_grants"}
-    assert set(_seq_scans(plan)) & memory == set()
-    wide = _wide_index_scans(plan)  # the org's project list is read whole, by design
-    assert [scan for scan in wide if "entit" in scan or "passage" in scan] == []
-    assert row.user_id == graph.member and set(row.seeds) <= set(seeds["entity_ids"])
-    assert row.seeds and seeds["entity_ids"][-1] not in row.seeds  # "nope" does not exist
+    memory = {"entities", "passages", "entity_grants", "edges", "mentions", "community_members"}
+    assert set(_seq_scans(plan.plan)) & memory == set()
+    wide = _wide_index_scans(plan.plan)  # the org's project list is read whole, by design
+    assert [scan for scan in wide if "entit" in scan or "passage" in scan or "edge" in scan] == []
+    nodes = _nodes(plan.plan)
+    assert any(n["Node Type"] == "Recursive Union" for n in nodes)
+    assert {"entities", "edges", "passages"} <= {n.get("Relation Name") for n in nodes}
 
 
 SLICES = [
@@ -264,6 +265,7 @@ async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
         failed.append(explain_repo.statement_name(context.statement or ""))
 
     event.listen(tiny.sync_engine, "handle_error", on_error)
+    event.listen(statement_engine(tiny).sync_engine, "handle_error", on_error)  # REST expand
     app = create_app(tiny, settings=wide)
     headers = {"Authorization": f"Bearer {key}"}
     walk = {"entity_ids": [graph.entity(i) for i in range(1, 6)], "depth": 3, "types": ["zzz"]}
@@ -278,7 +280,7 @@ async def test_walk_longer_than_the_statement_timeout_is_a_503_not_a_hang(
             assert r.status_code == 503, r.text
             assert r.json() == {"detail": "The query took longer than the statement timeout"}
             assert int(r.headers["Retry-After"]) > 0
-            assert failed == ["sibyl:expand_neighbors"]
+            assert failed == ["sibyl:expand_neighbors.keyed"]  # REST expand: its one statement
 
             r = await client.post("/api/admin/explain/expand", json=walk, headers=headers)
             assert r.status_code == 503 and "Retry-After" in r.headers

@@ -1,7 +1,8 @@
 """The REST expand serving path (issue 15): what it sends, and the behaviours it must keep.
 
-- one request is one read-only transaction of exactly four round trips: ``BEGIN``, the seed
-  statement that also authenticates the key, the walk, ``COMMIT`` (no ping before checkout);
+- one request is exactly one round trip: one statement that authenticates the key, resolves the
+  seeds and walks, on a read-only connection of generic plans, without ``BEGIN``/``COMMIT`` (one
+  statement is one snapshot; no ping before checkout);
 - the key checks keep their answers and their order: 401 for a missing, unknown or revoked key
   (before any 400 of the body), 403 without the ``read`` scope; an absent seed and an unreadable
   one are both ``unresolved``;
@@ -21,7 +22,7 @@ import httpx
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.db import make_engine
+from app.core.db import make_engine, statement_engine
 from app.domain.keys import create_key, revoke_key
 from tests.builders import make_key
 from tests.world import World
@@ -32,7 +33,7 @@ def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-async def test_an_expand_is_four_round_trips_in_one_read_only_transaction(
+async def test_an_expand_is_one_statement_on_a_read_only_generic_plan_connection(
     engine: AsyncEngine, client: httpx.AsyncClient
 ) -> None:
     key = await World().entity("a").entity("b").edge("a", "RELATED_TO", "b").load(engine)
@@ -42,9 +43,11 @@ async def test_an_expand_is_four_round_trips_in_one_read_only_transaction(
     prepared: list[str] = []  # statements sent through SQLAlchemy (extended protocol)
     simple: list[str] = []  # statements the driver sends itself (BEGIN, COMMIT, a ping's `;`)
     logged: set[int] = set()
+    checked_out: list[Any] = []
 
     def on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         driver = dbapi_connection.driver_connection
+        checked_out.append(driver)
         if id(driver) not in logged:
             logged.add(id(driver))
             driver.add_query_logger(lambda record: simple.append(record.query))
@@ -52,8 +55,10 @@ async def test_an_expand_is_four_round_trips_in_one_read_only_transaction(
     def on_execute(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
         prepared.append(statement)
 
-    event.listen(engine.sync_engine.pool, "checkout", on_checkout)
-    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    engines = [engine.sync_engine, statement_engine(engine).sync_engine]
+    for eng in engines:
+        event.listen(eng.pool, "checkout", on_checkout)
+        event.listen(eng, "before_cursor_execute", on_execute)
     try:
         r = await client.post(
             "/api/search/expand", json={"entity_ids": ["a"], "depth": 2}, headers=auth(key)
@@ -61,12 +66,18 @@ async def test_an_expand_is_four_round_trips_in_one_read_only_transaction(
         assert r.status_code == 200
         assert [n["id"] for n in r.json()["neighbors"]] == ["b"]
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
-        event.remove(engine.sync_engine.pool, "checkout", on_checkout)
+        for eng in engines:
+            event.remove(eng, "before_cursor_execute", on_execute)
+            event.remove(eng.pool, "checkout", on_checkout)
     names = [s.split("*/")[0].removeprefix("/* sibyl:").strip() for s in prepared]
-    assert names == ["expand_neighbors.keyed_seeds", "expand_neighbors"]
-    assert [s.split()[0].rstrip(";") for s in simple] == ["BEGIN", "COMMIT"], simple
-    assert "REPEATABLE READ READ ONLY" in simple[0]
+    assert names == ["expand_neighbors.keyed"]
+    assert simple == [], simple  # no BEGIN, no COMMIT, no ping
+    assert len(checked_out) == 1
+    settings = await checked_out[0].fetchrow(
+        "SELECT current_setting('plan_cache_mode') AS plan,"
+        " current_setting('transaction_read_only') AS read_only"
+    )
+    assert tuple(settings) == ("force_generic_plan", "on")
 
 
 async def test_the_key_checks_keep_their_answers_and_their_order(
@@ -115,6 +126,8 @@ async def test_a_dead_pooled_connection_is_replaced_without_a_ping(database_url:
         pids.add(dbapi_connection.driver_connection.get_server_pid())
 
     event.listen(own.sync_engine, "connect", on_connect)
+    # the REST expand's one-statement connections, and the other verbs' (writes)
+    event.listen(statement_engine(own).sync_engine, "connect", on_connect)
     w = World().entity("a").entity("b").edge("a", "RELATED_TO", "b")
     key = await w.load(own)
     writer = await make_key(own, w.user, scopes=("read", "write"))

@@ -3,8 +3,8 @@
 Every statement the service sends while serving many different requests over REST is recorded
 (an engine listener). Per verb, the distinct texts stay within the documented bound
 (``app.domain.explain.STATEMENT_SHAPES``: 2 each), each starts with the constant comment naming
-its verb (REST expand's first statement authenticates the key too:
-``sibyl:expand_neighbors.keyed_seeds``), and no value of any request (ids, names, types,
+its verb (REST expand sends one statement that authenticates the key too:
+``sibyl:expand_neighbors.keyed``), and no value of any request (ids, names, types,
 relationship names, projects, query words, numbers) appears in any text: everything is bound,
 arrays included, so ``pg_stat_statements`` groups a verb's calls into that many rows.
 """
@@ -18,6 +18,7 @@ from collections import defaultdict
 
 from sqlalchemy import event
 
+from app.core.db import statement_engine
 from app.domain.explain import STATEMENT_SHAPES
 from tests.builders import import_dicts, make_key
 
@@ -26,7 +27,7 @@ PREFIX = {
     "slice": "/* sibyl:fetch_slice",
     "search": "/* sibyl:search.",
     "auth": "/* sibyl:reader.by_key */",
-    "keyed": "/* sibyl:expand_neighbors.keyed_seeds */",
+    "keyed": "/* sibyl:expand_neighbors.keyed */",
 }
 ROUTES = {"expand": "/api/search/expand", "slice": "/api/search/slice", "search": "/api/search"}
 
@@ -155,14 +156,17 @@ async def test_each_verb_sends_a_fixed_small_set_of_statement_texts(engine, clie
         sent.append(statement)
 
     texts: dict[str, set[str]] = defaultdict(set)
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    engines = [engine.sync_engine, statement_engine(engine).sync_engine]  # REST expand: the 2nd
+    for eng in engines:
+        event.listen(eng, "before_cursor_execute", record)
     try:
         for verb, body in requests:
             sent.clear()
             r = await client.post(ROUTES[verb], json=body, headers=headers)
             assert r.status_code in (200, 404), (verb, body, r.text)
-            if verb == "expand":  # REST expand authenticates the key in its seed statement
+            if verb == "expand":  # REST expand: one statement, which authenticates the key
                 assert sent and sent[0].startswith(PREFIX["keyed"]), sent[:1]
+                assert len(sent) == 1, sent
                 own = sent
             else:
                 assert sent and sent[0].startswith(PREFIX["auth"]), sent[:1]
@@ -172,7 +176,8 @@ async def test_each_verb_sends_a_fixed_small_set_of_statement_texts(engine, clie
                 assert sql.startswith(PREFIX[verb]), (verb, sql[:80])
                 texts[verb].add(sql)
     finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
+        for eng in engines:
+            event.remove(eng, "before_cursor_execute", record)
 
     assert len(requests) > 300
     assert len(texts["auth"]) == 1

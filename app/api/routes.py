@@ -91,10 +91,10 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
     require_key(key)  # no key: refused before a connection is taken
 
     async def verb(conn: AsyncConnection) -> ExpandResponse:
-        # the key is authenticated by the seed-resolution statement (one round trip fewer)
+        # one statement: the key, the seeds and the walk (one round trip, no transaction)
         return await expand_for_key(conn, key, body, settings=request.app.state.settings)
 
-    result = await run_snapshot(_engine(request), verb)
+    result = await run_snapshot(_engine(request), verb, single=True)
     # Serialized once, by pydantic-core: the response model is already validated, and FastAPI's
     # response_model path would dump, re-validate and serialize it again (the hot path, issue 15).
     return Response(result.model_dump_json(), media_type="application/json")

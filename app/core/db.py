@@ -6,11 +6,13 @@ one snapshot (a slice never mixes two revisions of a memory). Writes run in ``RE
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.core.embedded import embedded_url
@@ -50,6 +52,7 @@ def make_engine(
     *,
     statement_timeout_ms: int | None = None,
     settings: Settings | None = None,
+    one_statement: bool = False,
 ) -> AsyncEngine:
     """Create the async engine for ``url`` (default: :func:`database_url`).
 
@@ -66,8 +69,11 @@ def make_engine(
     ``connection_invalidated`` and drops every connection of the pool older than it, and
     :mod:`app.domain.session` runs the unit of work once more on a fresh connection when nothing
     had been written yet (:func:`app.domain.session.run_read`, ``run_write``).
+
+    ``one_statement``: the engine of :func:`statement_engine` instead (see there).
     """
     s = settings or get_settings()
+    url = url or database_url(s)
     # Every statement is keyed by org_id and orgs differ in size by orders of magnitude: a generic
     # plan (made once per pooled connection for an average org) may read a big org whole where a
     # custom plan probes by id. Plan each execution with its values (docs/walk-plans.md §1).
@@ -78,17 +84,59 @@ def make_engine(
         "plan_cache_mode": "force_custom_plan",
         "jit": "off",
     }
+    if one_statement:
+        server_settings["plan_cache_mode"] = "force_generic_plan"
+        server_settings["default_transaction_read_only"] = "on"
     connect_args: dict[str, Any] = {"timeout": CONNECT_TIMEOUT_S}
     if statement_timeout_ms is not None:
         server_settings["statement_timeout"] = str(statement_timeout_ms)
         connect_args["command_timeout"] = statement_timeout_ms / 1000 + COMMAND_TIMEOUT_MARGIN_S
-    return create_async_engine(
-        async_url(url or database_url(s)),
+    engine = create_async_engine(
+        async_url(url),
         pool_size=s.pool_size,
         max_overflow=0,
         pool_timeout=s.pool_timeout_s,
         connect_args={"server_settings": server_settings, **connect_args},
+        **({"isolation_level": "AUTOCOMMIT"} if one_statement else {}),
     )
+    _MADE[engine.sync_engine] = (url, statement_timeout_ms, s)
+    return engine
+
+
+_MADE: weakref.WeakKeyDictionary[Engine, tuple[str, int | None, Settings]] = (
+    weakref.WeakKeyDictionary()
+)
+_SIBLINGS: weakref.WeakKeyDictionary[Engine, AsyncEngine] = weakref.WeakKeyDictionary()
+
+
+def statement_engine(engine: AsyncEngine) -> AsyncEngine:
+    """The one-statement sibling of ``engine`` (made by :func:`make_engine`): same database,
+    statement timeout and pool size, but its connections run each statement on its own
+    (autocommit: no ``BEGIN``/``COMMIT``; one statement is one snapshot), read only
+    (``default_transaction_read_only``), with **generic** plans (``plan_cache_mode =
+    force_generic_plan``: a statement is planned once per connection, then only executed).
+
+    For a read verb that is one statement whose plan does not depend on the org's size: the REST
+    expand (``KEYED_WALK_SQL`` of :mod:`app.repo.walk`, issue 15), a walk of per-node index
+    probes that the other verbs' transactions switch to generic plans too. The other verbs keep
+    ``engine`` and its custom plans. Made on first use, disposed with ``engine``.
+    """
+    sync = engine.sync_engine
+    sibling = _SIBLINGS.get(sync)
+    if sibling is None:
+        made = _MADE.get(sync)
+        if made is None:
+            raise ValueError("statement_engine needs an engine made by make_engine")
+        url, timeout_ms, s = made
+        sibling = make_engine(url, statement_timeout_ms=timeout_ms, settings=s, one_statement=True)
+        _SIBLINGS[sync] = sibling
+
+        def dispose_sibling(_engine: Engine) -> None:
+            # runs inside the main engine's (greenlet-run) dispose: a sync dispose may await
+            sibling.sync_engine.dispose()
+
+        event.listen(sync, "engine_disposed", dispose_sibling)
+    return sibling
 
 
 @asynccontextmanager
@@ -100,6 +148,14 @@ async def read_tx(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         )
         async with conn.begin():
             yield conn
+
+
+@asynccontextmanager
+async def one_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection of :func:`statement_engine` ``(engine)`` for a verb that sends one statement
+    (its own snapshot: no transaction)."""
+    async with statement_engine(engine).connect() as conn:
+        yield conn
 
 
 @asynccontextmanager

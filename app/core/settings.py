@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     mcp_allowed_hosts: str = ""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    # connections of each pool: the service's, and REST expand's own one-statement pool
+    # (app.core.db.statement_engine), so a server process holds up to 2 × pool_size
     pool_size: int = Field(default=10, ge=1, le=200)
     pool_timeout_s: float = Field(default=5.0, gt=0, le=300)
 

@@ -24,7 +24,7 @@ from app.repo import walk as walk_repo
 
 
 def walk_params(
-    reader: Reader,
+    reader: Reader | None,
     *,
     origins: list[str],
     depth: int,
@@ -41,15 +41,23 @@ def walk_params(
     The caps (§5 bounded work) are sized from the answer, not the graph, unless configured:
     ``hop_cap`` (rows one node may enter per hop arm) = ``limit + 1 + len(origins)``,
     ``level_cap`` (nodes a level before the last may keep) = ``4 × (limit + 1)``.
+
+    Without ``reader`` (the keyed walk of :func:`expand_for_key`, which reads the reader and the
+    seeds from the key in the same statement) the reader's parameters are left out and
+    ``origins`` are the asked seeds: the statement sizes the hop cap from the seeds it resolves
+    (``walk_hop_cap``: the configured cap, or None).
     """
     rules = policy.hop_rules(relationship_types)
     rels, weights = policy.weight_arrays()
     out_order = policy.hop_order(rules, outgoing=True)
     in_order = policy.hop_order(rules, outgoing=False)
-    hop_cap = settings.walk_hop_cap or limit + 1 + len(origins)
     level_cap = settings.walk_level_cap or policy.LEVEL_CAP_FACTOR * (limit + 1)
+    if reader is None:
+        sized: dict[str, object] = {"walk_hop_cap": settings.walk_hop_cap or None}
+    else:
+        sized = {**reader.params(), "hop_cap": settings.walk_hop_cap or limit + 1 + len(origins)}
     return {
-        **reader.params(),
+        **sized,
         "seed_ids": origins,
         "depth": depth,
         "limit": limit,
@@ -66,7 +74,6 @@ def walk_params(
         "decay": policy.DECAY,
         "score_min": policy.SCORE_MIN,
         "score_max": policy.SCORE_MAX,
-        "hop_cap": hop_cap,
         "level_cap": level_cap,
         "hub_degree": settings.walk_hub_degree,
         "out_tiers": out_order.tiers,
@@ -138,8 +145,10 @@ async def expand_for_key(
     *,
     settings: Settings | None = None,
 ) -> ExpandResponse:
-    """:func:`expand_neighbors` for the reader behind API ``key``, which is authenticated by the
-    seed-resolution statement itself (one round trip fewer than authenticating first).
+    """:func:`expand_neighbors` for the reader behind API ``key``, in ONE statement that
+    authenticates the key, resolves the seeds and walks (``KEYED_WALK_SQL`` of
+    :mod:`app.repo.walk`: one snapshot without a transaction, issue 15). ``conn`` is a connection
+    of :func:`app.core.db.statement_engine` (generic plans; any connection gives the same answer).
 
     Same answers and errors as authenticating with :func:`app.domain.session.authenticate`
     (scope ``read``) and then calling :func:`expand_neighbors`: 401 for a missing, unknown or
@@ -152,11 +161,22 @@ async def expand_for_key(
         await authenticate(conn, key, scope="read")  # a bad key answers 401/403 first
         raise
     assert key is not None
-    found, resolved = await walk_repo.keyed_seeds(
-        conn, key=key, seeds=asked.walked, project=asked.project
+    s = settings or get_settings()
+    params = walk_params(
+        None,
+        origins=asked.walked,  # resolved by the statement itself, under the key's read rule
+        depth=asked.depth,
+        limit=asked.limit,
+        preview_chars=asked.preview_chars,
+        include_incoming=asked.include_incoming,
+        relationship_types=asked.rels,
+        types=asked.types,
+        project=asked.project,
+        settings=s,
     )
-    reader = check_reader(found, key, scope="read")
-    return await _expand(conn, reader, asked, resolved, settings or get_settings())
+    done = await walk_repo.keyed_walk(conn, key=key, params=params)
+    check_reader(done.reader, key, scope="read")
+    return _answer(asked, done.seeds, done.rows, done.capped)
 
 
 async def _expand(
@@ -169,9 +189,33 @@ async def _expand(
     """The walk from the readable seeds ``resolved_seeds`` of ``asked``, and the answer."""
     resolved = set(resolved_seeds)
     origins = [seed for seed in asked.walked if seed in resolved]
+    rows: list[walk_repo.WalkRow] = []
+    capped = False
+    if origins:
+        params = walk_params(
+            reader,
+            origins=origins,
+            depth=asked.depth,
+            limit=asked.limit,
+            preview_chars=asked.preview_chars,
+            include_incoming=asked.include_incoming,
+            relationship_types=asked.rels,
+            types=asked.types,
+            project=asked.project,
+            settings=s,
+        )
+        answer = await walk_repo.walk(conn, params=params)
+        rows, capped = answer.rows, answer.capped
+    return _answer(asked, origins, rows, capped)
+
+
+def _answer(
+    asked: _Asked, origins: list[str], rows: list[walk_repo.WalkRow], capped: bool
+) -> ExpandResponse:
+    """The response to ``asked`` walked from ``origins`` (its readable seeds, request order)."""
+    resolved = set(origins)
     unresolved = [seed for seed in asked.walked if seed not in resolved] + asked.overflow
     depth, limit, preview_chars = asked.depth, asked.limit, asked.preview_chars
-
     filters: dict[str, Any] = {
         "relationship_types": asked.rels,
         "types": asked.types,
@@ -181,28 +225,10 @@ async def _expand(
         "limit": limit,
         "content_max_chars": preview_chars,
         "round_budget": policy.ROUND_BUDGET,
-        "frontier_capped": False,
+        "frontier_capped": capped,
     }
     if asked.overflow:
         filters["origin_limit"] = policy.MAX_SEEDS
-
-    rows: list[walk_repo.WalkRow] = []
-    if origins:
-        params = walk_params(
-            reader,
-            origins=origins,
-            depth=depth,
-            limit=limit,
-            preview_chars=preview_chars,
-            include_incoming=asked.include_incoming,
-            relationship_types=asked.rels,
-            types=asked.types,
-            project=asked.project,
-            settings=s,
-        )
-        answer = await walk_repo.walk(conn, params=params)
-        rows = answer.rows
-        filters["frontier_capped"] = answer.capped
 
     neighbors = [_neighbor(row, preview_chars) for row in rows[:limit]]
     return ExpandResponse(

@@ -12,7 +12,7 @@ from typing import NoReturn, TypeVar
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.db import read_tx, write_tx
+from app.core.db import one_statement, read_tx, write_tx
 from app.core.errors import BadRequest, DomainError, Forbidden, Unauthorized, Unavailable
 from app.domain import write_rules
 from app.domain.reader import Reader
@@ -152,17 +152,24 @@ def _stale(error: BaseException) -> bool:
     return isinstance(error, sa_exc.DBAPIError) and bool(error.connection_invalidated)
 
 
-async def run_snapshot(engine: AsyncEngine, verb: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+async def run_snapshot(
+    engine: AsyncEngine,
+    verb: Callable[[AsyncConnection], Awaitable[T]],
+    *,
+    single: bool = False,
+) -> T:
     """Run ``verb`` in one read-only snapshot (``verb`` authenticates the key itself, e.g. in its
-    first statement: :func:`app.domain.expand.expand_for_key`), mapping faults as
-    :func:`run_read` does.
+    first statement), mapping faults as :func:`run_read` does. ``single``: ``verb`` sends ONE
+    statement (:func:`app.domain.expand.expand_for_key`), which is its own snapshot: it runs on
+    a connection of :func:`app.core.db.statement_engine`, without a transaction.
 
     A read has no effect, so when a statement fails because its pooled connection was dead
     (:func:`_stale`) the whole verb runs once more, on a fresh connection; a second fault is
     a 503 like any other."""
+    unit = one_statement if single else read_tx
     for attempt in (1, 2):
         try:
-            async with read_tx(engine) as conn:
+            async with unit(engine) as conn:
                 return await verb(conn)
         except FAULTS as error:
             if attempt == 1 and _stale(error):

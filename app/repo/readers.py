@@ -31,7 +31,7 @@ WHERE k.key_hash = :key_hash AND k.revoked_at IS NULL"""
 """The reader row of the live key whose hash is ``:key_hash`` (no row: unknown or revoked), with
 columns ``key_id``, ``org_id``, ``user_id``, ``role``, ``scopes`` text[], ``k_projects`` text[]
 (NULL: not restricted) and ``readable_projects`` text[]. Also embedded as a CTE by statements
-that authenticate and read in one round trip (``app.repo.walk.KEYED_SEEDS_SQL``)."""
+that authenticate and read in one round trip (``app.repo.walk.KEYED_WALK_SQL``)."""
 
 READER_BY_KEY_SQL = text(f"/* sibyl:reader.by_key */\n{READER_BY_KEY}")
 

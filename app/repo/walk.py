@@ -40,10 +40,12 @@ community id; computing it in the final SELECT keeps the CTE's columns unchanged
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import text
+from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.reader import Reader
@@ -67,30 +69,6 @@ WHERE {readable("t")}
   AND t.lifecycle <> 'retired'
   AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
 ORDER BY s.ord"""
-)
-
-# The same seed resolution, authenticating the key in the same statement (one round trip fewer
-# a request, issue 15): the reader row of the key (none: unknown or revoked, so revocation takes
-# effect at once) and, when it holds the ``read`` scope, its readable seeds in request order,
-# under the same read rule (``readable_by``: the reader's columns in place of bound parameters).
-# It switches the transaction to generic plans like SEEDS_SQL (once, for a live key).
-KEYED_SEEDS_SQL = text(
-    f"""/* sibyl:expand_neighbors.keyed_seeds */
-WITH rd AS MATERIALIZED (
-{READER_BY_KEY}
-)
-SELECT rd.*,
-       CASE WHEN 'read' = ANY(rd.scopes) THEN ARRAY(
-         SELECT s.id
-         FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
-         LEFT JOIN passages p ON p.org_id = rd.org_id AND p.id = s.id
-         JOIN entities t ON t.org_id = rd.org_id AND t.id = coalesce(p.parent_id, s.id)
-         WHERE {readable_by("t", "rd")}
-           AND t.lifecycle <> 'retired'
-           AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-         ORDER BY s.ord) END AS seeds,
-       set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
-FROM rd"""
 )
 
 # SQL fragments of the hop arms (also used by the benchmark's baseline walk, so both walks apply
@@ -195,9 +173,9 @@ def _edge_arm(direction: str) -> str:
             )"""
 
 
-WALK_SQL = text(
-    rf"""/* sibyl:expand_neighbors */
-WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
+# The walk's CTEs (walk, nodes, top, flags) and its answer (the rows of `top` with what the
+# response shows of each), shared by WALK_SQL and KEYED_WALK_SQL.
+WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
                     held, cut_score, cut_distance, cut_id, done) AS (
     -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays
     SELECT 0, CAST(:seed_ids AS text[]) COLLATE "C", CAST('{{}}' AS text[]) COLLATE "C",
@@ -230,6 +208,7 @@ WITH RECURSIVE walk(distance, ids, relationships, dir_ranks, weights, preds, typ
                    SELECT count(*) FROM (
                      SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.dst_id = f.id
                      LIMIT :hub_degree + 1) d) > :hub_degree AS in_hub
+          OFFSET 0  -- a fence: counted once per node, not once in each arm that asks
         ) deg
         CROSS JOIN LATERAL (
             {_edge_arm("out")}
@@ -434,15 +413,14 @@ flags AS (
         LIMIT 1
     ) c ON true
     LEFT JOIN top k ON k.rn = :limit + 1
-)
-SELECT f.capped, f.caps_cut, r.*
-FROM flags f
-LEFT JOIN LATERAL (
+)"""
+
+WALK_ANSWER = r"""LEFT JOIN LATERAL (
     SELECT w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
            coalesce(te.name, pe.name) AS name,
            coalesce(te.project_id, pe.project_id) AS project_id,
            coalesce(te.lifecycle, pe.lifecycle) AS lifecycle,
-           coalesce(te.metadata, CAST('{{}}' AS jsonb)) AS metadata,
+           coalesce(te.metadata, CAST('{}' AS jsonb)) AS metadata,
            -- the preview's first characters only: a long body is not decompressed whole (its
            -- full length is never needed: it fits iff the prefix is at most :preview_chars)
            left(coalesce(te.content, pp.content), :preview_chars + 1) AS content_prefix,
@@ -462,12 +440,93 @@ LEFT JOIN LATERAL (
     LEFT JOIN entities pe ON pe.org_id = :r_org AND pe.id = pp.parent_id
     ORDER BY w.score DESC, w.distance, w.id
 ) r ON true"""
+
+WALK_SQL = text(
+    f"""/* sibyl:expand_neighbors */
+WITH RECURSIVE {WALK_CTES}
+SELECT f.capped, f.caps_cut, r.*
+FROM flags f
+{WALK_ANSWER}"""
 )
 
 
-@dataclass(frozen=True)
-class WalkRow:
-    """One neighbor row of the walk, before presentation (preview, names) by the domain."""
+# The REST expand in ONE statement (issue 15): the reader row of the API key, the seeds it may
+# walk from, and the walk, as WALK_SQL with every value of the reader and the seeds taken from
+# the statement's own `rd` and `sd` instead of bound parameters. One statement is one snapshot,
+# so it needs no transaction (BEGIN and COMMIT were two of the request's four round trips), and
+# it is sent on connections whose plan mode is generic (app.core.db.statement_engine): it is
+# planned once per connection, then only executed. No cache of keys: a revoked or unknown key has
+# no `rd` row, so the statement returns no row at all and reads nothing (401); a key without the
+# `read` scope has no seeds (NULL), so nothing is read either (403). The read rule gates the seeds
+# and every step of the walk exactly as in WALK_SQL (the same fragment, with the reader's values
+# as one-row sub-selects of `rd`). The hop cap is sized from the resolved seeds as
+# app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured cap, or NULL).
+_FROM_KEY = {  # a bound parameter of WALK_SQL → the same value, computed by this statement
+    r"CAST\(:r_projects AS text\[\]\)": "CAST((SELECT rd.readable_projects FROM rd) AS text[])",
+    r":r_org\b": "(SELECT rd.org_id FROM rd)",
+    r":r_user\b": "(SELECT rd.user_id FROM rd)",
+    r":r_restricted\b": "(SELECT rd.k_projects IS NOT NULL FROM rd)",
+    r"CAST\(:seed_ids AS text\[\]\)": "(SELECT sd.seeds FROM sd)",
+    r":hop_cap\b": "(SELECT sd.hop_cap FROM sd)",
+}
+
+
+def from_key(sql: str) -> str:
+    """``sql`` (a part of the walk) with the bound reader and seeds replaced by the values
+    :data:`KEYED_WALK_SQL` computes (``_FROM_KEY``)."""
+    for bound, computed in _FROM_KEY.items():
+        sql = re.sub(bound, computed, sql)
+    return sql
+
+
+KEYED_WALK_SQL = text(
+    f"""/* sibyl:expand_neighbors.keyed */
+WITH RECURSIVE rd AS MATERIALIZED (
+{READER_BY_KEY}
+),
+sd AS MATERIALIZED (
+    -- the seeds the key's reader may walk from (existing, readable, not retired, inside
+    -- `project`), in request order; NULL without the `read` scope; and the hop cap they size
+    SELECT x.seeds,
+           coalesce(CAST(:walk_hop_cap AS int), :limit + 1 + cardinality(x.seeds)) AS hop_cap
+    FROM (
+      SELECT CASE WHEN 'read' = ANY(rd.scopes) THEN ARRAY(
+               SELECT s.id
+               FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
+               CROSS JOIN LATERAL (
+                 -- one index probe per seed (a passage stands for its parent), whatever the
+                 -- org's size: this statement's plan is generic and made for an average org,
+                 -- so no join here may become a scan of the org (the sub-select and LIMIT 1,
+                 -- one row of the primary key anyway, keep both probes per seed)
+                 SELECT 1 FROM entities t
+                 WHERE t.org_id = rd.org_id
+                   AND t.id = coalesce((SELECT p.parent_id FROM passages p
+                                        WHERE p.org_id = rd.org_id AND p.id = s.id), s.id)
+                   AND {readable_by("t", "rd")}
+                   AND t.lifecycle <> 'retired'
+                   AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+                 LIMIT 1
+               ) t
+               ORDER BY s.ord) END AS seeds
+      FROM rd
+      OFFSET 0  -- a fence: the seeds are resolved once, not once per use of x.seeds
+    ) x
+),
+{from_key(WALK_CTES)}
+SELECT rd.key_id, rd.org_id, rd.user_id, rd.role, rd.scopes, rd.k_projects, rd.readable_projects,
+       sd.seeds, f.capped, r.*
+FROM rd
+CROSS JOIN sd
+CROSS JOIN flags f
+{from_key(WALK_ANSWER)}"""
+)
+
+
+class WalkRow(NamedTuple):
+    """One neighbor row of the walk, before presentation (preview, names) by the domain.
+
+    A named tuple: built from the answer's columns by position, once per returned row of every
+    expand (a frozen dataclass and a column lookup by name cost ~0.4 ms a request, issue 15)."""
 
     id: str
     distance: int
@@ -488,6 +547,27 @@ class WalkRow:
     community_id: str | None = None  # for a SHARES_COMMUNITY hop: the community it went through
 
 
+# The columns of WALK_ANSWER (`r.*`), in order: the last columns of both walk statements.
+ANSWER_COLUMNS = (
+    "id",
+    "distance",
+    "relationship",
+    "dir_rank",
+    "score",
+    "type",
+    "name",
+    "project_id",
+    "lifecycle",
+    "metadata",
+    "content_prefix",
+    "passage_index",
+    "parent_id",
+    "breadcrumb",
+    "passage_total",
+    "community_id",
+)
+
+
 async def resolve_seeds(
     conn: AsyncConnection,
     *,
@@ -498,22 +578,6 @@ async def resolve_seeds(
     """The ``seeds`` that exist, are readable, not retired and inside ``project``; request order."""
     rows = await conn.execute(SEEDS_SQL, {**reader_params, "seed_ids": seeds, "project": project})
     return [r.id for r in rows]
-
-
-async def keyed_seeds(
-    conn: AsyncConnection, *, key: str, seeds: list[str], project: str | None
-) -> tuple[Reader | None, list[str]]:
-    """One statement: the reader of ``key`` (None when unknown or revoked) and, when it holds
-    the ``read`` scope, the ``seeds`` it may walk from (existing, readable, not retired, inside
-    ``project``; request order), as :func:`resolve_seeds` would return them."""
-    row = (
-        await conn.execute(
-            KEYED_SEEDS_SQL, {"key_hash": hash_key(key), "seed_ids": seeds, "project": project}
-        )
-    ).first()
-    if row is None:
-        return None, []
-    return reader_of(row), list(row.seeds or [])
 
 
 class WalkAnswer(NamedTuple):
@@ -532,31 +596,85 @@ class WalkAnswer(NamedTuple):
 async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> WalkAnswer:
     """Run the walk with all of its bound ``params``; return its rows and cap flags."""
     rows = (await conn.execute(WALK_SQL, params)).all()
-    capped = bool(rows[0].capped) if rows else False
-    caps_cut = bool(rows[0].caps_cut) if rows else False
-    out = [
-        WalkRow(
-            id=r.id,
-            distance=r.distance,
-            relationship=r.relationship,
-            outgoing=r.dir_rank == 0,
-            score=r.score,
-            type=r.type,
-            name=r.name,
-            project_id=r.project_id,
-            lifecycle=r.lifecycle,
-            metadata=dict(r.metadata),
-            content_prefix=r.content_prefix,
-            # content_prefix holds :preview_chars + 1 characters of a longer body: as a length,
-            # its own tells whether the body fits (app.domain.preview.preview_prefix)
-            content_length=len(r.content_prefix),
-            passage_index=r.passage_index,
-            parent_id=r.parent_id,
-            breadcrumb=r.breadcrumb,
-            passage_total=r.passage_total,
-            community_id=r.community_id,
+    if not rows:
+        return WalkAnswer([], False, False)
+    return WalkAnswer(_walk_rows(rows), bool(rows[0].capped), bool(rows[0].caps_cut))
+
+
+@dataclass(frozen=True)
+class KeyedWalk:
+    """What :data:`KEYED_WALK_SQL` answers: the reader of the key (None: unknown or revoked),
+    the seeds it may walk from (request order; empty without the ``read`` scope), the rows."""
+
+    reader: Reader | None
+    seeds: list[str]
+    rows: list[WalkRow]
+    capped: bool
+
+
+async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, object]) -> KeyedWalk:
+    """One statement: authenticate ``key``, resolve the seeds ``params["seed_ids"]`` and walk
+    from them, with the walk's bound ``params`` minus the reader's (:func:`walk_params` of
+    :mod:`app.domain.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
+    resolved seeds)."""
+    rows = (await conn.execute(KEYED_WALK_SQL, {**params, "key_hash": hash_key(key)})).all()
+    if not rows:
+        return KeyedWalk(None, [], [], False)
+    first = rows[0]
+    seeds = list(first.seeds or [])
+    return KeyedWalk(reader_of(first), seeds, _walk_rows(rows), bool(first.capped))
+
+
+def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
+    """The neighbour rows of a walk's answer (the one row of an empty answer has no id)."""
+    if not rows:
+        return []
+    start = len(rows[0]._fields) - len(ANSWER_COLUMNS)
+    if rows[0]._fields[start:] != ANSWER_COLUMNS:  # the SQL and this reader disagree: a bug
+        raise RuntimeError(f"unexpected walk columns {rows[0]._fields}")
+    out: list[WalkRow] = []
+    for r in rows:
+        (
+            id_,
+            distance,
+            rel,
+            dir_rank,
+            score,
+            type_,
+            name,
+            project_id,
+            lifecycle,
+            metadata,
+            prefix,
+            passage_index,
+            parent_id,
+            breadcrumb,
+            passage_total,
+            community_id,
+        ) = r[start:]
+        if id_ is None:
+            continue
+        out.append(
+            WalkRow(
+                id_,
+                distance,
+                rel,
+                dir_rank == 0,  # outgoing
+                score,
+                type_,
+                name,
+                project_id,
+                lifecycle,
+                dict(metadata),
+                prefix,
+                # content_prefix holds :preview_chars + 1 characters of a longer body: as a
+                # length, its own tells whether the body fits (app.domain.preview.preview_prefix)
+                len(prefix),
+                passage_index,
+                parent_id,
+                breadcrumb,
+                passage_total,
+                community_id,
+            )
         )
-        for r in rows
-        if r.id is not None
-    ]
-    return WalkAnswer(out, capped, caps_cut)
+    return out
