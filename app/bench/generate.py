@@ -978,6 +978,25 @@ async def _run_split(conns: list[asyncpg.Connection], statements: list[str]) -> 
     await asyncio.gather(*(run(c, m) for c, m in zip(conns, shares, strict=True)))
 
 
+async def ensure_term_stats(url: str, org: str) -> bool:
+    """Count ``org``'s search word statistics unless they are counted already (a graph generated
+    before migration 0005 has none: its search would measure the fallback weights); True when
+    it counted them. The caller has brought the schema to head."""
+    conn = await asyncpg.connect(url)
+    try:
+        if await conn.fetchval("SELECT count(*) FROM term_audiences WHERE org_id = $1", org):
+            return False
+        engine = make_engine(url)
+        try:
+            await term_stats.refresh_orgs(engine, [org])
+        finally:
+            await engine.dispose()
+        await conn.execute("VACUUM (ANALYZE) term_audiences, term_stats")
+        return True
+    finally:
+        await conn.close()
+
+
 async def load(
     url: str, spec: GraphSpec, *, fresh: bool, log: Log | None = None
 ) -> GenerateSummary:

@@ -58,7 +58,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.bench import database as benchdb
 from app.bench.baseline import BASELINE_SQL
-from app.bench.generate import COMMON_TERM, RARE_TERM, GenerateSummary, GraphSpec, generate
+from app.bench.generate import (
+    COMMON_TERM,
+    RARE_TERM,
+    GenerateSummary,
+    GraphSpec,
+    ensure_term_stats,
+    generate,
+)
 from app.core.db import make_engine, read_tx
 from app.core.settings import Settings, get_settings
 from app.domain.expand import expand_neighbors, walk_params
@@ -184,6 +191,9 @@ def ensure_graph(spec: GraphSpec, name: str, *, force: bool, log: Log) -> Genera
         found = asyncio.run(benchdb.read_manifest(url, spec.org))
         if found is not None and found[0] == spec.as_dict():
             log(f"graph found in database {name} (generated before; --regenerate to redo)")
+            upgrade(url)  # a graph kept across releases: its schema brought to head
+            if asyncio.run(ensure_term_stats(url, spec.org)):
+                log("search word statistics counted (the graph predates them)")
             return GenerateSummary(**found[1])
     log(f"generating {spec.entities:,} memories / {spec.edges:,} edges into database {name}")
     asyncio.run(benchdb.recreate(name))
