@@ -22,7 +22,11 @@ async def test_32_clients_mixing_reads_and_writes_no_error_no_lost_write(
 ) -> None:
     steps = int(os.environ.get("SIBYL_LOAD_STEPS", SHORT_STEPS))
     world = await seed(engine)
-    with served(database_url) as base:
+    # The pool's wait is raised from 5 to 120 s: this test asserts work done and nothing lost,
+    # and on a machine running other suites at once (CI: 6.5 s per read seen) a 5 s wait for a
+    # connection answers 503 "saturated", the right answer of an overloaded server, not a fault
+    # of this code (tests/test_db_faults.py checks that 503 on each pool).
+    with served(database_url, env={"SIBYL_POOL_TIMEOUT_S": "120"}) as base:
         report = await run_load(base, world, clients=CLIENTS, steps=steps)
     print("\n" + report.render())
     assert report.requests == CLIENTS * steps, "every client sent its fixed amount of work"

@@ -365,13 +365,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(database_url: str, *, timeout_s: float = 60.0) -> Iterator[str]:
-    """``sibyl-pg serve`` on a free loopback port, bound to ``database_url``; yields its base
-    URL once ``/readyz`` answers, and stops it (SIGTERM, then SIGKILL) afterwards."""
+def served(
+    database_url: str, *, timeout_s: float = 60.0, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """``sibyl-pg serve`` on a free loopback port, bound to ``database_url`` (and the settings
+    of ``env``, e.g. ``SIBYL_POOL_TIMEOUT_S``); yields its base URL once ``/readyz`` answers,
+    and stops it (SIGTERM, then SIGKILL) afterwards."""
     port = free_port()
     executable = Path(sys.executable).with_name("sibyl-pg")
     command = [str(executable)] if executable.exists() else [sys.executable, "-m", "app.cli"]
-    env = {**os.environ, "DATABASE_URL": database_url}
+    env = {**os.environ, **(env or {}), "DATABASE_URL": database_url}
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
             [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
