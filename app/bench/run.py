@@ -499,6 +499,25 @@ async def make_workload(
     )
 
 
+def _case_params(
+    reader: Reader, origins: list[str], depth: int, *, preview_chars: int, settings: Settings
+) -> dict[str, object]:
+    """The walk's bound parameters for a benchmark case: ``depth`` from ``origins``, limit
+    :data:`LIMIT`, incoming hops, no filters (what :func:`_expand_request` asks)."""
+    return walk_params(
+        reader,
+        origins=origins,
+        depth=depth,
+        limit=LIMIT,
+        preview_chars=preview_chars,
+        include_incoming=True,
+        relationship_types=None,
+        types=None,
+        project=None,
+        settings=settings,
+    )
+
+
 def _expand_request(seeds: list[str], depth: int) -> ExpandRequest:
     return ExpandRequest(entity_ids=seeds, depth=depth, limit=LIMIT, include_incoming=True)
 
@@ -620,18 +639,7 @@ async def measure_baseline_case(
     for k, origins in enumerate(origins_of):
         if deadline is not None and time.monotonic() > deadline and len(out) >= 2:
             break
-        params = walk_params(
-            work.reader,
-            origins=origins,
-            depth=depth,
-            limit=LIMIT,
-            preview_chars=500,
-            include_incoming=True,
-            relationship_types=None,
-            types=None,
-            project=None,
-            settings=settings,
-        )
+        params = _case_params(work.reader, origins, depth, preview_chars=500, settings=settings)
         comparable = k < len(service) and service[k].capped is False
         sample = await measure_baseline(
             engine, params, timeout_s=timeout_s, auto_explain=auto_explain
@@ -738,18 +746,7 @@ async def measure_quality(
                 async def run(
                     s: Settings, conn: AsyncConnection = conn, origins: list[str] = origins
                 ) -> Any:
-                    params = walk_params(
-                        work.reader,
-                        origins=origins,
-                        depth=depth,
-                        limit=LIMIT,
-                        preview_chars=0,
-                        include_incoming=True,
-                        relationship_types=None,
-                        types=None,
-                        project=None,
-                        settings=s,
-                    )
+                    params = _case_params(work.reader, origins, depth, preview_chars=0, settings=s)
                     return await walk_repo.walk(conn, params=params)
 
                 exact = await run(UNCAPPED)

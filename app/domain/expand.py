@@ -162,9 +162,20 @@ async def expand_for_key(
         raise
     assert key is not None
     s = settings or get_settings()
-    params = walk_params(
-        None,
-        origins=asked.walked,  # resolved by the statement itself, under the key's read rule
+    # the seeds are resolved by the statement itself, under the key's read rule
+    params = _asked_params(None, asked, asked.walked, s)
+    done = await walk_repo.keyed_walk(conn, key=key, params=params)
+    check_reader(done.reader, key, scope="read")
+    return _answer(asked, done.seeds, done.rows, done.capped)
+
+
+def _asked_params(
+    reader: Reader | None, asked: _Asked, origins: list[str], s: Settings
+) -> dict[str, object]:
+    """:func:`walk_params` of a normalised request ``asked`` from ``origins``."""
+    return walk_params(
+        reader,
+        origins=origins,
         depth=asked.depth,
         limit=asked.limit,
         preview_chars=asked.preview_chars,
@@ -174,9 +185,6 @@ async def expand_for_key(
         project=asked.project,
         settings=s,
     )
-    done = await walk_repo.keyed_walk(conn, key=key, params=params)
-    check_reader(done.reader, key, scope="read")
-    return _answer(asked, done.seeds, done.rows, done.capped)
 
 
 async def _expand(
@@ -192,19 +200,7 @@ async def _expand(
     rows: list[walk_repo.WalkRow] = []
     capped = False
     if origins:
-        params = walk_params(
-            reader,
-            origins=origins,
-            depth=asked.depth,
-            limit=asked.limit,
-            preview_chars=asked.preview_chars,
-            include_incoming=asked.include_incoming,
-            relationship_types=asked.rels,
-            types=asked.types,
-            project=asked.project,
-            settings=s,
-        )
-        answer = await walk_repo.walk(conn, params=params)
+        answer = await walk_repo.walk(conn, params=_asked_params(reader, asked, origins, s))
         rows, capped = answer.rows, answer.capped
     return _answer(asked, origins, rows, capped)
 
