@@ -191,6 +191,58 @@ async def test_communities_are_retired_when_a_member_turns_private(engine, clien
     assert ("cb", "SHARES_COMMUNITY") not in await _walk(client, vic, "ca")
 
 
+async def test_a_link_from_a_memory_the_reader_cannot_read_retires_nothing(engine, client):
+    # New-user trial, 2026-11-30: a private note saying [[ca]] (or an edge from it) removed the
+    # SHARES_COMMUNITY neighbours of ca for a reader who cannot read the note. A link with a
+    # private end never formed a community (detection runs per audience), so it retires none:
+    # the viewer sees exactly what it saw before. The pair: the same link from a p1 memory the
+    # viewer reads does retire, and the viewer sees that memory too.
+    t = Team()
+
+    def ent(id_: str, content: str) -> dict[str, Any]:
+        return {
+            "kind": "entity",
+            "org": t.org,
+            "id": id_,
+            "type": "note",
+            "name": id_,
+            "content": content,
+            "project": "p1",
+            "owner": t.u("bob"),
+        }
+
+    def dep(src: str, dst: str) -> dict[str, Any]:
+        return {"kind": "edge", "org": t.org, "src": src, "dst": dst, "relationship": "DEPENDS_ON"}
+
+    extra = [ent("ca", "alphaword first"), ent("cx", "the middle"), ent("cb", "betaword last")]
+    await t.load(engine, extra=[*extra, dep("ca", "cx"), dep("cx", "cb")])
+    async with write_tx(engine) as conn:
+        await communities.rebuild(conn, org_id=t.org)
+    vic, bob = await t.key(engine, "vic"), await t.key(engine, "bob")  # vic: p1 viewer
+    count = "SELECT count(*) FROM communities WHERE org_id = :o"
+    seen = (await _walk(client, vic, "ca"), await _context_ids(client, vic))
+    assert ("cb", "SHARES_COMMUNITY") in seen[0]  # the precondition
+    hidden = {"id": "pn", "type": "note", "name": "pn", "content": "see [[ca]]"}
+    edge = {"src": "pn", "relationship": "RELATED_TO", "dst": "cb"}
+    for method, path, kw in [
+        ("POST", "/api/entities", {"json": {**hidden, "scope": "private", "project": "p1"}}),
+        ("POST", "/api/edges", {"json": edge}),
+        ("DELETE", "/api/edges", {"params": edge}),
+        ("PATCH", "/api/entities/pn", {"json": {"content": "now [[cb]] and [[cx]]"}}),
+        ("DELETE", "/api/entities/pn", {}),
+    ]:
+        r = await call(client, method, path, bob, **kw)
+        assert r.status_code in (200, 201, 204), (method, path, r.text)
+        assert await scalar(engine, count, o=t.org) == 1, (method, path)
+        assert (await _walk(client, vic, "ca"), await _context_ids(client, vic)) == seen
+    body = {"id": "cy", "type": "note", "name": "cy", "content": "see [[ca]]", "project": "p1"}
+    r = await call(client, "POST", "/api/entities", bob, json=body)
+    assert r.status_code == 201, r.text
+    assert await scalar(engine, count, o=t.org) == 0
+    assert await _walk(client, vic, "ca") == []
+    assert (await call(client, "GET", "/api/entities/cy", vic)).status_code == 200
+
+
 async def test_every_link_change_retires_the_communities_it_touches(engine, client):
     count = "SELECT count(*) FROM communities WHERE org_id = :o"
     for method, path, kw in [

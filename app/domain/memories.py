@@ -143,7 +143,7 @@ async def create_entities(
     pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
     write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
     await writes.derive_links(conn, org_id=org_id, pairs=pairs)
-    await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
+    await write_rules.retire_link_communities(conn, org_id=org_id, pairs=gained)
 
 
 async def unchanged(
@@ -218,7 +218,9 @@ async def save_entity(
         await _write_cut(conn, org_id=org_id, data=data, revision=1, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)
         gained = await writes.resolve_pending(conn, org_id=org_id, entity_id=data.id)
-        await write_rules.retire_communities(conn, org_id=org_id, ids=gained)
+        await write_rules.retire_link_communities(
+            conn, org_id=org_id, pairs=[(source, data.id) for source in gained]
+        )
         write_rules.note_created(org_id, [data.id])
         return "created", 1
 
@@ -320,8 +322,8 @@ async def _derive_mentions(
         conn, org_id=org_id, src_id=data.id, dst_ids=targets, pending_ids=pending
     )
     if removed != set(targets):
-        await write_rules.retire_communities(
-            conn, org_id=org_id, ids=[data.id, *sorted(removed ^ set(targets))]
+        await write_rules.retire_link_communities(
+            conn, org_id=org_id, pairs=[(data.id, t) for t in sorted(removed ^ set(targets))]
         )
 
 

@@ -19,7 +19,9 @@ a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP an
 - **communities retired**: a write that changes a member's scope, project or lifecycle, or the
   links between memories (an edge or a derived mention written or deleted), deletes the
   communities that hold any memory it touched, in the same transaction
-  (:func:`retire_communities`); they give no ``SHARES_COMMUNITY`` hop until ``sibyl-pg
+  (:func:`retire_communities`; for links, only a link whose two ends lie in one audience, the
+  links detection uses: :func:`retire_link_communities`, so a write a reader cannot see retires
+  nothing it sees); they give no ``SHARES_COMMUNITY`` hop until ``sibyl-pg
   communities rebuild`` recomputes them. There is no automatic rebuild: detection reads a whole
   org (Louvain over every link), which is not cheap enough to run after each write;
 - **word statistics retired**: a write that changes or removes a row the search statistics count
@@ -92,6 +94,17 @@ async def retire_communities(conn: AsyncConnection, *, org_id: str, ids: Sequenc
         await community_repo.retire(conn, org_id=org_id, entity_ids=list(dict.fromkeys(ids)))
 
 
+async def retire_link_communities(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> None:
+    """Delete the communities of ``org_id`` that a written or removed link of ``pairs``
+    (source, target) may have formed: only a link whose two ends lie in one audience takes part
+    in detection, so a link with a private, retired or other-audience end retires nothing
+    (same transaction as the write)."""
+    if pairs:
+        await community_repo.retire_links(conn, org_id=org_id, pairs=list(dict.fromkeys(pairs)))
+
+
 async def retire_term_stats(
     conn: AsyncConnection, *, org_id: str, scope: str, project_id: str | None
 ) -> None:
@@ -146,7 +159,7 @@ async def write_edge(
     )
     superseded = None
     if created:
-        await retire_communities(conn, org_id=org_id, ids=[src, dst])
+        await retire_link_communities(conn, org_id=org_id, pairs=[(src, dst)])
         if relationship == "SUPERSEDES":
             revision = await entity_repo.mark_superseded(conn, org_id=org_id, entity_id=dst)
             if revision is not None:
@@ -189,8 +202,8 @@ async def write_edges(
             conn, org_id=org_id, ids=sorted({d for _, d in pairs})
         )
     if created and await community_repo.has_communities(conn, org_id=org_id):
-        await retire_communities(
-            conn, org_id=org_id, ids=sorted({i for s, _, d in created for i in (s, d)})
+        await retire_link_communities(
+            conn, org_id=org_id, pairs=sorted({(s, d) for s, _, d in created})
         )
     return created
 
@@ -212,7 +225,7 @@ async def delete_edge(
         conn, org_id=org_id, src_id=src, relationship=relationship, dst_id=dst
     )
     if deleted:
-        await retire_communities(conn, org_id=org_id, ids=[src, dst])
+        await retire_link_communities(conn, org_id=org_id, pairs=[(src, dst)])
     return deleted
 
 
@@ -270,13 +283,13 @@ async def settle(
     written: list[str] = []
     for org_id, ids in sorted(unsettled.created.items()):
         gained = await write_repo.resolve_pending_many(conn, org_id=org_id, ids=sorted(ids))
-        await retire_communities(conn, org_id=org_id, ids=gained)
-        written += gained
+        await retire_link_communities(conn, org_id=org_id, pairs=gained)
+        written += [s for s, _ in gained]
     for org_id, ids in sorted(unsettled.sources.items()):
         params = reader_params if reader_params is not None else None
         pairs = await write_repo.settle_sources(
             conn, org_id=org_id, ids=sorted(ids), reader_params=params
         )
-        await retire_communities(conn, org_id=org_id, ids=[i for p in pairs for i in p])
+        await retire_link_communities(conn, org_id=org_id, pairs=pairs)
         written += [s for s, _ in pairs]
     return len(written)

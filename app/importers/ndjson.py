@@ -397,7 +397,9 @@ async def _apply(conn: AsyncConnection, rec: Record, evidence_lines: int) -> str
             {"org_id": rec.org, "src_id": rec.src, "dst_id": rec.dst, "derived": False},
         )
         if r.first():
-            await write_rules.retire_communities(conn, org_id=rec.org, ids=[rec.src, rec.dst])
+            await write_rules.retire_link_communities(
+                conn, org_id=rec.org, pairs=[(rec.src, rec.dst)]
+            )
             return "written"
         return "unchanged"
     r = await conn.execute(writes.INSERT_GRANT_SQL, {"entity_id": rec.entity, "user_id": rec.user})
@@ -754,8 +756,8 @@ async def _mentions(conn: AsyncConnection, items: Numbered, outcomes: Counter[st
                 conn, org_id=org, pairs=[(s, d) for _, s, d in pairs]
             )
             if written and await community_repo.has_communities(conn, org_id=org):
-                await write_rules.retire_communities(
-                    conn, org_id=org, ids=sorted({i for p in written for i in p})
+                await write_rules.retire_link_communities(
+                    conn, org_id=org, pairs=sorted(set(written))
                 )
         outcomes["mention:written"] += len(written)
         outcomes["mention:unchanged"] += len(pairs) - len(written)

@@ -73,6 +73,25 @@ WHERE c.org_id = :org
                WHERE m.org_id = :org AND m.entity_id = ANY(CAST(:ids AS text[])))"""
 )
 
+# A link takes part in detection only when its two ends lie in one audience (docs/communities.md
+# §2: both project-scoped in the same project, or both org-scoped; neither retired). A link with
+# a private, retired or other-audience end never formed a community, so writing or removing it
+# retires none: a reader never sees a community vanish because of a memory it cannot read.
+RETIRE_LINKS_SQL = text(
+    """/* sibyl:communities.retire_links */
+DELETE FROM communities c
+WHERE c.org_id = :org
+  AND c.id IN (
+    SELECT m.community_id
+    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS l(src, dst)
+    JOIN entities a ON a.org_id = :org AND a.id = l.src
+    JOIN entities b ON b.org_id = :org AND b.id = l.dst
+    JOIN community_members m ON m.org_id = :org AND m.entity_id IN (l.src, l.dst)
+    WHERE a.scope = b.scope AND a.scope IN ('project', 'org')
+      AND (a.scope = 'org' OR a.project_id = b.project_id)
+      AND a.lifecycle <> 'retired' AND b.lifecycle <> 'retired')"""
+)
+
 HAS_COMMUNITIES_SQL = text(
     """/* sibyl:communities.any */
 SELECT EXISTS (SELECT 1 FROM communities WHERE org_id = :org)"""
@@ -161,6 +180,19 @@ async def retire(conn: AsyncConnection, *, org_id: str, entity_ids: Sequence[str
     """Delete every community of ``org_id`` with a member among ``entity_ids`` (their
     memberships go with them); return how many were deleted."""
     result = await conn.execute(RETIRE_SQL, {"org": org_id, "ids": list(entity_ids)})
+    return int(result.rowcount or 0)
+
+
+async def retire_links(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> int:
+    """Delete every community of ``org_id`` with a member at either end of a link of ``pairs``
+    (source, target) whose two ends lie in one audience (:data:`RETIRE_LINKS_SQL`); return how
+    many were deleted."""
+    if not pairs:
+        return 0
+    params = {"org": org_id, "srcs": [a for a, _ in pairs], "dsts": [b for _, b in pairs]}
+    result = await conn.execute(RETIRE_LINKS_SQL, params)
     return int(result.rowcount or 0)
 
 

@@ -413,7 +413,7 @@ WITH resolved AS (
 INSERT INTO mentions (org_id, src_id, dst_id, derived)
 SELECT :org_id, r.src_id, r.dst_id, true FROM resolved r WHERE r.src_id <> r.dst_id
 ON CONFLICT (org_id, src_id, dst_id) DO NOTHING
-RETURNING src_id"""
+RETURNING src_id, dst_id"""
 )
 
 # Links of new memories: a mention where the target exists, a pending link where it does not.
@@ -566,12 +566,13 @@ async def insert_passages(
 
 async def resolve_pending_many(
     conn: AsyncConnection, *, org_id: str, ids: Sequence[str]
-) -> list[str]:
-    """:func:`resolve_pending` for many new memories at once; the sources that gained one."""
-    gained: list[str] = []
+) -> list[tuple[str, str]]:
+    """:func:`resolve_pending` for many new memories at once; the mentions written, as
+    (source, target) pairs."""
+    gained: list[tuple[str, str]] = []
     for part in parts(ids, LINK_ROWS):
         rows = await conn.execute(RESOLVE_PENDING_MANY_SQL, {"org_id": org_id, "ids": list(part)})
-        gained += [r.src_id for r in rows]
+        gained += [(r.src_id, r.dst_id) for r in rows]
     return gained
 
 
