@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -536,9 +537,47 @@ def demo_keys(path: Path | None = None) -> Path:
     return path
 
 
+def _database_fault(error: BaseException) -> str | None:
+    """One line saying why the database could not be used (it refused or dropped the
+    connection, its host is unknown, the database does not exist, the credentials are refused),
+    or None when ``error`` is no such fault (a bug: its traceback is shown)."""
+    import asyncpg
+
+    reachable = (
+        OSError,
+        TimeoutError,
+        asyncpg.InvalidCatalogNameError,
+        asyncpg.InvalidAuthorizationSpecificationError,
+        asyncpg.InvalidPasswordError,
+        asyncpg.PostgresConnectionError,
+        asyncpg.CannotConnectNowError,
+    )
+    seen: BaseException | None = error
+    for _ in range(8):  # SQLAlchemy wraps the driver's error, which may wrap the socket's
+        if seen is None:
+            break
+        if isinstance(seen, reachable):
+            return (str(seen).splitlines() or [type(seen).__name__])[0]
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
 def main() -> None:
-    """Console-script entry point."""
-    cli()
+    """Console-script entry point. A database that cannot be reached (refused, unknown host,
+    missing database, bad credentials) ends the command with one line on stderr and exit
+    status 2, not a traceback."""
+    try:
+        cli()
+    except Exception as error:
+        reason = _database_fault(error)
+        if reason is None:
+            raise
+        sys.stderr.write(
+            f"sibyl-pg: cannot use the database: {reason}\n"
+            "  Check DATABASE_URL: the server must be running and the database must exist"
+            " (createdb NAME); without DATABASE_URL, `make run` starts an embedded PostgreSQL.\n"
+        )
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
