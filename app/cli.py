@@ -236,9 +236,15 @@ def stats_refresh(
         typer.echo(f"{org_id}: {documents} documents in {audiences} audiences")
 
 
+REBUILD_ATTEMPTS = 3
+"""A community rebuild that collides with a concurrent delete is run again, up to this often."""
+
+
 def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) -> None:
     """Rebuild the communities of ``orgs`` (None: every org) and print each summary; an
     unknown org is an error, or silently skipped with ``skip_missing``."""
+    from sqlalchemy import exc as sa_exc
+
     from app.core.db import write_tx
     from app.domain.communities import RebuildSummary, rebuild
     from app.repo import term_stats
@@ -255,8 +261,16 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
             out = []
             chosen = known if orgs is None else [o for o in orgs if o in known]
             for org_id in chosen:
-                async with write_tx(engine) as conn:
-                    out.append(await rebuild(conn, org_id=org_id))
+                for attempt in range(1, REBUILD_ATTEMPTS + 1):
+                    try:
+                        async with write_tx(engine) as conn:
+                            out.append(await rebuild(conn, org_id=org_id))
+                        break
+                    except sa_exc.IntegrityError:
+                        # a memory deleted while the rebuild read the org: its membership
+                        # row has no memory left; the rebuild is idempotent, run it again
+                        if attempt == REBUILD_ATTEMPTS:
+                            raise
             await term_stats.refresh_orgs(engine, chosen)  # the search statistics too
             # a bulk rewrite: fresh statistics and visibility map (autovacuum may be off)
             async with engine.connect() as conn:

@@ -461,3 +461,44 @@ def test_cli_communities_rebuild(database_url):
     assert "proj_a: 1 communities over 3 linked memories (3 linked pairs)" in result.stdout
     result = runner.invoke(cli, ["communities", "rebuild", "--org", "org_does_not_exist"])
     assert result.exit_code == 1
+
+
+def test_cli_rebuild_survives_a_memory_deleted_while_it_runs(database_url, monkeypatch):
+    # New-user trial, 2026-11-30: a delete committed between the rebuild's read of the org and
+    # its insert of the memberships failed the command (a foreign-key violation, exit 1). The
+    # rebuild is idempotent, so the command runs it again and stores what is there now.
+    import app.repo.communities as community_repo
+
+    org = "org_cli_race"
+
+    async def setup() -> None:
+        eng = make_engine(database_url)
+        try:
+            g = _graph(org, [_ent(e) for e in GROUP_A], edges=_clique(GROUP_A))
+            await load_graph(eng, g)
+        finally:
+            await eng.dispose()
+
+    asyncio.run(setup())
+    real_links = community_repo.links
+    deleted: list[str] = []
+
+    async def links_then_delete(conn, *, org_id):
+        found = await real_links(conn, org_id=org_id)
+        if org_id == org and not deleted:  # once: a concurrent writer deletes a3 and commits
+            eng = make_engine(database_url)
+            try:
+                async with write_tx(eng) as other:
+                    await other.execute(
+                        text("DELETE FROM entities WHERE org_id = :o AND id = 'a3'"), {"o": org}
+                    )
+            finally:
+                await eng.dispose()
+            deleted.append("a3")
+        return found
+
+    monkeypatch.setattr(community_repo, "links", links_then_delete)
+    result = CliRunner().invoke(cli, ["communities", "rebuild", "--org", org])
+    assert deleted == ["a3"]
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"{org}: 1 communities, 2 members")
