@@ -385,6 +385,9 @@ class TermAudience(Base):
     lengths: Mapped[int] = mapped_column(BigInteger, nullable=False)
     fresh: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
     refreshed_at: Mapped[datetime] = _now()
+    # set by a refresh before it counts, cleared by a write that retires the audience: only an
+    # audience still armed when the count ends is stamped fresh (migration 0006)
+    armed: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 
 

@@ -12,12 +12,16 @@ the audiences it reads, so every row they count is one the reader may read: a ro
 The documents counted are those the full-text lane scores: every memory's ``search_tsv`` and
 every current passage's (``parent_revision`` = its memory's revision), whatever the lifecycle.
 
-- ``sibyl:term_stats.*`` refresh statements recount one org (:func:`refresh`), under an
-  exclusive transaction lock of that org;
-- ``sibyl:term_stats.retire`` marks audiences not fresh (:func:`retire`), after taking the
-  shared form of that lock (``sibyl:term_stats.retire_lock``): a write and a refresh of the same
-  org take turns, so a write never commits a change to a counted row that a refresh then counts
-  as fresh without it;
+- ``sibyl:term_stats.*`` refresh statements recount one org (:func:`refresh`) in three
+  transactions: *arm* (short, under the org's lock held exclusively: every audience ``armed``),
+  *count* (no lock: one snapshot, into temporary tables), *stamp* (short: the audiences still
+  armed get the new counts and ``fresh``; the others keep theirs, not fresh);
+- ``sibyl:term_stats.retire`` marks audiences not fresh and not armed (:func:`retire`), after
+  taking the shared form of that lock (``sibyl:term_stats.retire_lock``). A write therefore
+  waits only for an arming (milliseconds), never for a count, and never lets a count that missed
+  it be stamped fresh: a write whose retire ran before the arming committed before it (the
+  arming waited for its lock), so the count sees it; one whose retire ran after the arming
+  disarmed the audience (or found it disarmed already), so it is not stamped;
 - ``sibyl:search.weights`` (named for the verb it serves) reads a reader's sums for a query's
   words (:func:`lookup`).
 """
@@ -59,35 +63,102 @@ REFRESH_LOCK_SQL = text(
 SELECT pg_advisory_xact_lock({_LOCK})"""
 )
 
-CLEAR_STATS_SQL = text(
-    """/* sibyl:term_stats.clear */
-DELETE FROM term_stats WHERE org_id = :org_id"""
+# The audiences the org has now (read before the arming's lock is taken: it scans the org).
+AUDIENCES_SQL = text(
+    f"""/* sibyl:term_stats.audiences */
+SELECT DISTINCT CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END AS audience
+FROM entities e
+WHERE e.org_id = :org_id AND e.scope IN ('project', 'org')"""
 )
 
-CLEAR_AUDIENCES_SQL = text(
-    """/* sibyl:term_stats.clear_audiences */
-DELETE FROM term_audiences WHERE org_id = :org_id"""
+ARM_SQL = text(
+    """/* sibyl:term_stats.arm */
+INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh, armed)
+SELECT :org_id, a.audience, 0, 0, false, true
+FROM unnest(CAST(:audiences AS text[])) AS a(audience)
+ON CONFLICT (org_id, audience) DO UPDATE SET armed = true"""
+)
+
+ARM_REST_SQL = text(
+    """/* sibyl:term_stats.arm_rest */
+UPDATE term_audiences SET armed = true WHERE org_id = :org_id AND NOT armed"""
+)
+
+COUNT_SNAPSHOT_SQL = text(
+    """/* sibyl:term_stats.count_snapshot */ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"""
 )
 
 COUNT_AUDIENCES_SQL = text(
     f"""/* sibyl:term_stats.count_audiences */
+CREATE TEMPORARY TABLE counted_audiences ON COMMIT PRESERVE ROWS AS
 WITH {_DOCUMENTS}
-INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh)
-SELECT :org_id, d.audience, count(*), coalesce(sum(length(d.tsv)), 0), true
+SELECT d.audience, count(*) AS documents, coalesce(sum(length(d.tsv)), 0) AS lengths
 FROM documents d
-GROUP BY d.audience
-RETURNING documents"""
+GROUP BY d.audience"""
 )
 
 COUNT_LEXEMES_SQL = text(
     f"""/* sibyl:term_stats.count_lexemes */
+CREATE TEMPORARY TABLE counted_lexemes ON COMMIT PRESERVE ROWS AS
 WITH {_DOCUMENTS}
-INSERT INTO term_stats (org_id, lexeme, audience, df)
-SELECT :org_id, u.lexeme, d.audience, count(*)
+SELECT u.lexeme, d.audience, count(*) AS df
 FROM documents d
 CROSS JOIN LATERAL unnest(d.tsv) u
-GROUP BY u.lexeme, d.audience
-ORDER BY u.lexeme, d.audience  -- a lexeme's rows on few pages: its lookup reads few buffers"""
+GROUP BY u.lexeme, d.audience"""
+)
+
+STILL_ARMED_SQL = text(
+    """/* sibyl:term_stats.still_armed */
+SELECT s.audience FROM term_audiences s
+WHERE s.org_id = :org_id AND s.armed
+ORDER BY s.audience
+FOR UPDATE"""
+)
+
+STAMP_CLEAR_SQL = text(
+    """/* sibyl:term_stats.stamp_clear */
+DELETE FROM term_stats WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[]))"""
+)
+
+STAMP_LEXEMES_SQL = text(
+    """/* sibyl:term_stats.stamp_lexemes */
+INSERT INTO term_stats (org_id, lexeme, audience, df)
+SELECT :org_id, c.lexeme, c.audience, c.df
+FROM counted_lexemes c
+WHERE c.audience = ANY(CAST(:audiences AS text[]))
+ORDER BY c.lexeme, c.audience  -- a lexeme's rows on few pages: its lookup reads few buffers"""
+)
+
+STAMP_AUDIENCES_SQL = text(
+    """/* sibyl:term_stats.stamp_audiences */
+UPDATE term_audiences s
+SET documents = c.documents, lengths = c.lengths, fresh = true, armed = false,
+    refreshed_at = now()
+FROM counted_audiences c
+WHERE s.org_id = :org_id AND s.audience = c.audience
+  AND s.audience = ANY(CAST(:audiences AS text[]))
+RETURNING s.documents"""
+)
+
+STAMP_GONE_SQL = text(
+    """/* sibyl:term_stats.stamp_gone */
+DELETE FROM term_audiences s
+WHERE s.org_id = :org_id AND s.audience = ANY(CAST(:audiences AS text[]))
+  AND NOT EXISTS (SELECT 1 FROM counted_audiences c WHERE c.audience = s.audience)"""
+)
+
+# An audience counted but without a row at the arming (its first memory came since): stored,
+# not fresh (a write into it may have been missed), so its readers keep the fallback weights.
+STAMP_NEW_SQL = text(
+    """/* sibyl:term_stats.stamp_new */
+INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh, armed)
+SELECT :org_id, c.audience, 0, 0, false, false FROM counted_audiences c
+ON CONFLICT (org_id, audience) DO NOTHING"""
+)
+
+DROP_COUNTED_SQL = text(
+    """/* sibyl:term_stats.drop_counted */
+DROP TABLE IF EXISTS counted_audiences, counted_lexemes"""
 )
 
 RETIRE_LOCK_SQL = text(
@@ -97,8 +168,8 @@ SELECT pg_advisory_xact_lock_shared({_LOCK})"""
 
 RETIRE_SQL = text(
     """/* sibyl:term_stats.retire */
-UPDATE term_audiences SET fresh = false
-WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[])) AND fresh"""
+UPDATE term_audiences SET fresh = false, armed = false
+WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[])) AND (fresh OR armed)"""
 )
 
 # The audiences the bound reader reads: its readable projects, and '*' unless its key is
@@ -146,16 +217,62 @@ class Stats:
 
 
 async def refresh(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
-    """Recount every audience of ``org_id`` (in the caller's transaction, which it should commit
-    soon: writes of the org wait for it); return (audiences, documents)."""
+    """Recount every audience of ``org_id`` on ``conn`` (a connection outside any transaction:
+    :func:`arm`, :func:`count` and :func:`stamp` run a transaction each, see the module
+    docstring); return (audiences stamped fresh, their documents). Writes of the org wait only
+    for the arming, never for the count."""
+    try:
+        await arm(conn, org_id=org_id)
+        await count(conn, org_id=org_id)
+        return await stamp(conn, org_id=org_id)
+    finally:
+        if not conn.in_transaction():
+            async with conn.begin():
+                await conn.execute(DROP_COUNTED_SQL)
+
+
+async def arm(conn: AsyncConnection, *, org_id: str) -> None:
+    """Refresh, step 1 (one short transaction under the org's lock, taken after the org's
+    audiences were read): every audience of ``org_id`` armed, a row made for each new one."""
     p = {"org_id": org_id}
-    await conn.execute(REFRESH_SETTINGS_SQL)  # a whole org's vectors: not a request's bound
-    await conn.execute(REFRESH_LOCK_SQL, p)
-    await conn.execute(CLEAR_STATS_SQL, p)
-    await conn.execute(CLEAR_AUDIENCES_SQL, p)
-    counts = [r.documents for r in await conn.execute(COUNT_AUDIENCES_SQL, p)]
-    await conn.execute(COUNT_LEXEMES_SQL, p)
-    return len(counts), sum(counts)
+    async with conn.begin():
+        await conn.execute(REFRESH_SETTINGS_SQL)
+        audiences = [r.audience for r in await conn.execute(AUDIENCES_SQL, p)]
+        await conn.execute(REFRESH_LOCK_SQL, p)  # in-flight retiring writes end first
+        await conn.execute(ARM_SQL, {**p, "audiences": audiences})
+        await conn.execute(ARM_REST_SQL, p)
+
+
+async def count(conn: AsyncConnection, *, org_id: str) -> None:
+    """Refresh, step 2 (one repeatable-read transaction, no lock): count the org's documents
+    and lexemes by audience into this session's temporary tables."""
+    p = {"org_id": org_id}
+    async with conn.begin():
+        await conn.execute(COUNT_SNAPSHOT_SQL)
+        await conn.execute(REFRESH_SETTINGS_SQL)
+        await conn.execute(DROP_COUNTED_SQL)
+        await conn.execute(COUNT_AUDIENCES_SQL, p)
+        await conn.execute(COUNT_LEXEMES_SQL, p)
+
+
+async def stamp(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
+    """Refresh, step 3 (one short transaction): the audiences still armed (no write retired
+    them since the arming; their rows locked, so a write in flight is waited for) take the
+    counts and ``fresh``; an armed audience with no document left loses its row; an audience
+    counted that had no row at the arming gets one, not fresh. Returns (audiences stamped
+    fresh, their documents)."""
+    p = {"org_id": org_id}
+    async with conn.begin():
+        await conn.execute(REFRESH_SETTINGS_SQL)
+        armed = [r.audience for r in await conn.execute(STILL_ARMED_SQL, p)]
+        q = {**p, "audiences": armed}
+        await conn.execute(STAMP_CLEAR_SQL, q)
+        await conn.execute(STAMP_GONE_SQL, q)
+        await conn.execute(STAMP_LEXEMES_SQL, q)
+        documents = [r.documents for r in await conn.execute(STAMP_AUDIENCES_SQL, q)]
+        await conn.execute(STAMP_NEW_SQL, p)
+        await conn.execute(DROP_COUNTED_SQL)
+    return len(documents), sum(documents)
 
 
 VACUUM_SQL = text("/* sibyl:term_stats.vacuum */ VACUUM (ANALYZE) term_audiences, term_stats")
@@ -177,7 +294,7 @@ async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str,
     out: dict[str, tuple[int, int]] = {}
     try:
         for org_id in org_ids:
-            async with bulk.begin() as conn:
+            async with bulk.connect() as conn:
                 out[org_id] = await refresh(conn, org_id=org_id)
     finally:
         await bulk.dispose()
