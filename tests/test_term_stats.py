@@ -243,7 +243,7 @@ async def test_a_write_during_a_refresh_is_not_held_back_and_keeps_its_audience_
     audience is disarmed, the others are stamped."""
     t = await Team().load(engine)
     async with engine.connect() as refreshing, engine.connect() as writing:
-        await term_stats.arm(refreshing, org_id=t.org)
+        token = await term_stats.arm(refreshing, org_id=t.org)
         await term_stats.count(refreshing, org_id=t.org)
         waited: list[float] = []
         started = asyncio.get_running_loop().time()
@@ -256,7 +256,7 @@ async def test_a_write_during_a_refresh_is_not_held_back_and_keeps_its_audience_
                 term_stats.retire(writing, org_id=t.org, audiences=["p1"]), timeout=5
             )
         waited.append(asyncio.get_running_loop().time() - started)
-        await term_stats.stamp(refreshing, org_id=t.org)
+        await term_stats.stamp(refreshing, org_id=t.org, token=token)
     assert waited and waited[0] < 5
     assert await _fresh(engine, t.org) == {"p1": False, "p2": True, "p3": True, "*": True}
 
@@ -276,7 +276,7 @@ async def test_a_refresh_waits_for_a_write_that_retired_until_it_commits(engine)
         await term_stats.retire(writing, org_id=t.org, audiences=["p1"])
         refresh = asyncio.create_task(term_stats.refresh(refreshing, org_id=t.org))
         await asyncio.sleep(0.3)
-        assert not refresh.done()  # the arming waits for the write's transaction
+        assert not refresh.done()  # the arming polls until the write's transaction ends
         await writing.commit()
         await asyncio.wait_for(refresh, timeout=10)
     assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}
@@ -286,3 +286,74 @@ async def test_a_refresh_waits_for_a_write_that_retired_until_it_commits(engine)
             {"o": t.org},
         )
         assert df.scalar() == 1  # the committed change is counted
+
+
+async def test_overlapping_refreshes_never_stamp_a_count_that_missed_a_write(engine):
+    """Adversarial review, 2026-11-30: refresh A counts, a write makes n1 private (p1 retired),
+    refresh B arms again; A's stamp must not stamp its pre-write count of p1 fresh. B's arming
+    takes every audience over, so A stamps none; B counts after the write and stamps all."""
+    t = await Team().load(engine)
+    async with engine.begin() as c:
+        await c.execute(
+            text("UPDATE entities SET content = 'zebra' WHERE org_id = :o AND id = 'n1'"),
+            {"o": t.org},
+        )
+    await term_stats.refresh_orgs(engine, [t.org])
+    zebra = "SELECT coalesce(sum(df), 0) FROM term_stats WHERE org_id = :o AND lexeme = 'zebra'"
+    async with engine.connect() as a, engine.connect() as b, engine.connect() as w:
+        token_a = await term_stats.arm(a, org_id=t.org)
+        await term_stats.count(a, org_id=t.org)
+        async with w.begin():
+            await w.execute(
+                text(
+                    "UPDATE entities SET scope = 'private', project_id = NULL"
+                    " WHERE org_id = :o AND id = 'n1'"
+                ),
+                {"o": t.org},
+            )
+            await term_stats.retire(w, org_id=t.org, audiences=["p1"])
+        token_b = await term_stats.arm(b, org_id=t.org)
+        assert await term_stats.stamp(a, org_id=t.org, token=token_a) == (0, 0)
+        assert (await _fresh(engine, t.org))["p1"] is False
+        await term_stats.count(b, org_id=t.org)
+        await term_stats.stamp(b, org_id=t.org, token=token_b)
+    assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}
+    async with engine.connect() as conn:
+        assert (await conn.execute(text(zebra), {"o": t.org})).scalar() == 0  # private now
+
+
+async def test_a_stamp_never_waits_for_a_write_that_retires_two_audiences(engine):
+    """Adversarial review: a write retiring p2 then p1 in one transaction while a stamp runs
+    deadlocked with the stamp (which locked the armed rows in order). The stamp now skips a row
+    a write holds: p2 is left to the write (not fresh), the rest stamped, no deadlock."""
+    t = await Team().load(engine)
+    async with engine.connect() as r, engine.connect() as w:
+        token = await term_stats.arm(r, org_id=t.org)
+        await term_stats.count(r, org_id=t.org)
+        await w.begin()
+        await term_stats.retire(w, org_id=t.org, audiences=["p2"])
+        stamped = await asyncio.wait_for(term_stats.stamp(r, org_id=t.org, token=token), timeout=10)
+        await term_stats.retire(w, org_id=t.org, audiences=["p1"])
+        await w.commit()
+    assert stamped[0] == 3  # p1, p3 and the org's audience; p2 skipped
+    assert await _fresh(engine, t.org) == {"p1": False, "p2": False, "p3": True, "*": True}
+
+
+async def test_a_write_never_queues_behind_a_refresh_waiting_for_a_long_write(engine):
+    """Adversarial review: an arming that waited for the lock queued every new write of the org
+    behind a long open write transaction. The arming now polls: a second write passes at once,
+    and the refresh completes once the long write ends."""
+    t = await Team().load(engine)
+    async with engine.connect() as w1, engine.connect() as w2, engine.connect() as r:
+        await w1.begin()
+        await term_stats.retire(w1, org_id=t.org, audiences=["p1"])  # holds the lock shared
+        refresh = asyncio.create_task(term_stats.refresh(r, org_id=t.org))
+        await asyncio.sleep(0.3)
+        async with w2.begin():
+            await asyncio.wait_for(
+                term_stats.retire(w2, org_id=t.org, audiences=["p2"]), timeout=1.0
+            )
+        assert not refresh.done()
+        await w1.commit()
+        await asyncio.wait_for(refresh, timeout=10)
+    assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}

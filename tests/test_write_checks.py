@@ -18,6 +18,7 @@ from app.core.db import write_tx
 from app.domain import communities
 from app.domain.entities import PRIVATE_BY_OWNER
 from app.mcp.server import build_mcp, fixed_key
+from tests.builders import import_dicts
 from tests.team import Team, answer, call, scalar, snapshot
 
 STAMPS = {"created_at", "updated_at"}
@@ -191,12 +192,8 @@ async def test_communities_are_retired_when_a_member_turns_private(engine, clien
     assert ("cb", "SHARES_COMMUNITY") not in await _walk(client, vic, "ca")
 
 
-async def test_a_link_from_a_memory_the_reader_cannot_read_retires_nothing(engine, client):
-    # New-user trial, 2026-11-30: a private note saying [[ca]] (or an edge from it) removed the
-    # SHARES_COMMUNITY neighbours of ca for a reader who cannot read the note. A link with a
-    # private end never formed a community (detection runs per audience), so it retires none:
-    # the viewer sees exactly what it saw before. The pair: the same link from a p1 memory the
-    # viewer reads does retire, and the viewer sees that memory too.
+async def _community_world(engine: AsyncEngine) -> tuple[Team, str, str]:
+    """ca -> cx -> cb in p1 (owner bob), one community rebuilt; (team, vic's key, bob's key)."""
     t = Team()
 
     def ent(id_: str, content: str) -> dict[str, Any]:
@@ -218,7 +215,16 @@ async def test_a_link_from_a_memory_the_reader_cannot_read_retires_nothing(engin
     await t.load(engine, extra=[*extra, dep("ca", "cx"), dep("cx", "cb")])
     async with write_tx(engine) as conn:
         await communities.rebuild(conn, org_id=t.org)
-    vic, bob = await t.key(engine, "vic"), await t.key(engine, "bob")  # vic: p1 viewer
+    return t, await t.key(engine, "vic"), await t.key(engine, "bob")  # vic: a p1 viewer
+
+
+async def test_a_link_from_a_memory_the_reader_cannot_read_retires_nothing(engine, client):
+    # New-user trial, 2026-11-30: a private note saying [[ca]] (or an edge from it) removed the
+    # SHARES_COMMUNITY neighbours of ca for a reader who cannot read the note. A link with a
+    # private end never formed a community (detection runs per audience), so it retires none:
+    # the viewer sees exactly what it saw before. The pair: the same link from a p1 memory the
+    # viewer reads does retire, and the viewer sees that memory too.
+    t, vic, bob = await _community_world(engine)
     count = "SELECT count(*) FROM communities WHERE org_id = :o"
     seen = (await _walk(client, vic, "ca"), await _context_ids(client, vic))
     assert ("cb", "SHARES_COMMUNITY") in seen[0]  # the precondition
@@ -241,6 +247,45 @@ async def test_a_link_from_a_memory_the_reader_cannot_read_retires_nothing(engin
     assert await scalar(engine, count, o=t.org) == 0
     assert await _walk(client, vic, "ca") == []
     assert (await call(client, "GET", "/api/entities/cy", vic)).status_code == 200
+
+
+async def test_a_link_that_joins_the_audience_retires_what_it_may_change(engine, client):
+    # Adversarial review, 2026-11-30 (both gaps older than the audience rule): an imported new
+    # p1 memory linking a member, and a private linker moved into p1, now count in p1's
+    # detection, so they retire its community; the same private linker changed in place, or an
+    # imported private one, retires nothing (the pair).
+    count = "SELECT count(*) FROM communities WHERE org_id = :o"
+
+    def record(t: Team, id_: str, content: str, **placement: Any) -> dict[str, Any]:
+        return {
+            "kind": "entity",
+            "org": t.org,
+            "id": id_,
+            "type": "note",
+            "name": id_,
+            "content": content,
+            "owner": t.u("bob"),
+            **placement,
+        }
+
+    t, vic, bob = await _community_world(engine)
+    await import_dicts(engine, [record(t, "hidden_linker", "see [[ca]]", scope="private")])
+    assert await scalar(engine, count, o=t.org) == 1
+    await import_dicts(engine, [record(t, "cy", "see [[ca]]", project="p1")])
+    assert await scalar(engine, count, o=t.org) == 0
+    assert await _walk(client, vic, "ca") == []
+
+    t, vic, bob = await _community_world(engine)
+    body = {"id": "pn", "type": "note", "name": "pn", "content": "[[ca]] [[cb]]"}
+    r = await call(client, "POST", "/api/entities", bob, json={**body, "scope": "private"})
+    assert r.status_code == 201, r.text
+    r = await call(client, "PATCH", "/api/entities/pn", bob, json={"name": "still private"})
+    assert r.status_code == 200 and await scalar(engine, count, o=t.org) == 1
+    r = await call(
+        client, "PATCH", "/api/entities/pn", bob, json={"scope": "project", "project": "p1"}
+    )
+    assert r.status_code == 200, r.text
+    assert await scalar(engine, count, o=t.org) == 0
 
 
 async def test_every_link_change_retires_the_communities_it_touches(engine, client):

@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.errors import BadRequest, Conflict
 from app.domain import spans, write_rules
 from app.domain.passages import passage_id
+from app.repo import communities as community_repo
 from app.repo import writes
 
 LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
@@ -143,7 +144,9 @@ async def create_entities(
     pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
     write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
     await writes.derive_links(conn, org_id=org_id, pairs=pairs)
-    await write_rules.retire_link_communities(conn, org_id=org_id, pairs=gained)
+    if await community_repo.has_communities(conn, org_id=org_id):
+        # links into existing memories (a pending one has no target yet: it retires nothing)
+        await write_rules.retire_link_communities(conn, org_id=org_id, pairs=[*gained, *pairs])
 
 
 async def unchanged(
@@ -256,6 +259,16 @@ async def save_entity(
     placed = (stored.scope, stored.project_id, stored.lifecycle)
     if placed != (data.scope, data.project_id, data.lifecycle):
         await write_rules.retire_communities(conn, org_id=org_id, ids=[data.id])
+        # its links left the old audience and joined the new one: their ends' communities too
+        for scope, project_id, lifecycle in (placed, (data.scope, data.project_id, data.lifecycle)):
+            await community_repo.retire_neighbours(
+                conn,
+                org_id=org_id,
+                entity_id=data.id,
+                scope=scope,
+                project_id=project_id,
+                lifecycle=lifecycle,
+            )
     counted = (stored.name, stored.content, stored.scope, stored.project_id)
     if body_changed or counted != (data.name, data.content, data.scope, data.project_id):
         await write_rules.retire_term_stats(

@@ -92,6 +92,25 @@ WHERE c.org_id = :org
       AND a.lifecycle <> 'retired' AND b.lifecycle <> 'retired')"""
 )
 
+# A memory that moved (scope, project or lifecycle): its links now count in its new audience and
+# no longer in its old one, so the communities of its linked memories in either audience may have
+# changed. Called once per audience (a private or retired placement has none).
+RETIRE_NEIGHBOURS_SQL = text(
+    """/* sibyl:communities.retire_neighbours */
+DELETE FROM communities c
+WHERE c.org_id = :org
+  AND c.id IN (
+    SELECT m.community_id
+    FROM (SELECT e.dst_id AS id FROM edges e WHERE e.org_id = :org AND e.src_id = :id
+          UNION SELECT e.src_id FROM edges e WHERE e.org_id = :org AND e.dst_id = :id
+          UNION SELECT x.dst_id FROM mentions x WHERE x.org_id = :org AND x.src_id = :id
+          UNION SELECT x.src_id FROM mentions x WHERE x.org_id = :org AND x.dst_id = :id) l
+    JOIN entities b ON b.org_id = :org AND b.id = l.id
+    JOIN community_members m ON m.org_id = :org AND m.entity_id = l.id
+    WHERE b.lifecycle <> 'retired' AND b.scope = :scope
+      AND (b.scope = 'org' OR b.project_id = :project))"""
+)
+
 HAS_COMMUNITIES_SQL = text(
     """/* sibyl:communities.any */
 SELECT EXISTS (SELECT 1 FROM communities WHERE org_id = :org)"""
@@ -193,6 +212,25 @@ async def retire_links(
         return 0
     params = {"org": org_id, "srcs": [a for a, _ in pairs], "dsts": [b for _, b in pairs]}
     result = await conn.execute(RETIRE_LINKS_SQL, params)
+    return int(result.rowcount or 0)
+
+
+async def retire_neighbours(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    entity_id: str,
+    scope: str,
+    project_id: str | None,
+    lifecycle: str,
+) -> int:
+    """Delete every community of ``org_id`` holding a memory linked to ``entity_id`` (either
+    way) that lies in the audience of the placement (``scope``, ``project_id``, ``lifecycle``):
+    none for a private or retired placement (:data:`RETIRE_NEIGHBOURS_SQL`)."""
+    if scope not in ("project", "org") or lifecycle == "retired":
+        return 0
+    params = {"org": org_id, "id": entity_id, "scope": scope, "project": project_id}
+    result = await conn.execute(RETIRE_NEIGHBOURS_SQL, params)
     return int(result.rowcount or 0)
 
 

@@ -385,9 +385,10 @@ class TermAudience(Base):
     lengths: Mapped[int] = mapped_column(BigInteger, nullable=False)
     fresh: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="true")
     refreshed_at: Mapped[datetime] = _now()
-    # set by a refresh before it counts, cleared by a write that retires the audience: only an
-    # audience still armed when the count ends is stamped fresh (migration 0006)
-    armed: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
+    # the token of the refresh that armed it before counting; cleared by a write that retires the
+    # audience, replaced by a later refresh's arming: only an audience still armed by the same
+    # refresh when its count ends is stamped fresh (migration 0006)
+    armed_by: Mapped[str | None] = mapped_column(Text, nullable=True)
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 
 

@@ -13,15 +13,18 @@ The documents counted are those the full-text lane scores: every memory's ``sear
 every current passage's (``parent_revision`` = its memory's revision), whatever the lifecycle.
 
 - ``sibyl:term_stats.*`` refresh statements recount one org (:func:`refresh`) in three
-  transactions: *arm* (short, under the org's lock held exclusively: every audience ``armed``),
-  *count* (no lock: one snapshot, into temporary tables), *stamp* (short: the audiences still
-  armed get the new counts and ``fresh``; the others keep theirs, not fresh);
+  transactions: *arm* (short, under the org's lock held exclusively, taken by polling so that
+  no write queues behind it: every audience ``armed_by`` this refresh's token), *count* (no
+  lock: one snapshot, into temporary tables), *stamp* (short: the audiences still armed by the
+  same token get the new counts and ``fresh``; the others keep theirs, not fresh);
 - ``sibyl:term_stats.retire`` marks audiences not fresh and not armed (:func:`retire`), after
-  taking the shared form of that lock (``sibyl:term_stats.retire_lock``). A write therefore
-  waits only for an arming (milliseconds), never for a count, and never lets a count that missed
-  it be stamped fresh: a write whose retire ran before the arming committed before it (the
-  arming waited for its lock), so the count sees it; one whose retire ran after the arming
-  disarmed the audience (or found it disarmed already), so it is not stamped;
+  taking the shared form of that lock (``sibyl:term_stats.retire_lock``). A write waits only
+  for the arming's own statements, never for a count, and never lets a count that missed it be
+  stamped fresh: a write whose retire ran before the arming committed before it (the arming
+  took the lock only once no write held it), so the count sees it; one whose retire ran after
+  the arming disarmed the audience (or found it disarmed already), so it is not stamped. Two
+  refreshes may overlap: the later arming takes every audience over, so the earlier refresh
+  stamps none (its count may predate a write the later arming no longer shows);
 - ``sibyl:search.weights`` (named for the verb it serves) reads a reader's sums for a query's
   words (:func:`lookup`).
 """
@@ -58,9 +61,11 @@ REFRESH_SETTINGS_SQL = text(
     """/* sibyl:term_stats.refresh_settings */ SET LOCAL statement_timeout = 0"""
 )
 
+# Tried, never waited on: a waiting exclusive request would queue every new write of the org
+# behind the transactions that hold the lock shared (a long import), so the arming polls.
 REFRESH_LOCK_SQL = text(
     f"""/* sibyl:term_stats.refresh_lock */
-SELECT pg_advisory_xact_lock({_LOCK})"""
+SELECT pg_try_advisory_xact_lock({_LOCK}) AS locked"""
 )
 
 # The audiences the org has now (read before the arming's lock is taken: it scans the org).
@@ -73,15 +78,16 @@ WHERE e.org_id = :org_id AND e.scope IN ('project', 'org')"""
 
 ARM_SQL = text(
     """/* sibyl:term_stats.arm */
-INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh, armed)
-SELECT :org_id, a.audience, 0, 0, false, true
+INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh, armed_by)
+SELECT :org_id, a.audience, 0, 0, false, :token
 FROM unnest(CAST(:audiences AS text[])) AS a(audience)
-ON CONFLICT (org_id, audience) DO UPDATE SET armed = true"""
+ON CONFLICT (org_id, audience) DO UPDATE SET armed_by = :token"""
 )
 
 ARM_REST_SQL = text(
     """/* sibyl:term_stats.arm_rest */
-UPDATE term_audiences SET armed = true WHERE org_id = :org_id AND NOT armed"""
+UPDATE term_audiences SET armed_by = :token
+WHERE org_id = :org_id AND armed_by IS DISTINCT FROM :token  -- another refresh's: taken over"""
 )
 
 COUNT_SNAPSHOT_SQL = text(
@@ -110,9 +116,9 @@ GROUP BY u.lexeme, d.audience"""
 STILL_ARMED_SQL = text(
     """/* sibyl:term_stats.still_armed */
 SELECT s.audience FROM term_audiences s
-WHERE s.org_id = :org_id AND s.armed
+WHERE s.org_id = :org_id AND s.armed_by = :token
 ORDER BY s.audience
-FOR UPDATE"""
+FOR UPDATE SKIP LOCKED  -- a row a write holds is being disarmed: never waited for (no deadlock)"""
 )
 
 STAMP_CLEAR_SQL = text(
@@ -132,7 +138,7 @@ ORDER BY c.lexeme, c.audience  -- a lexeme's rows on few pages: its lookup reads
 STAMP_AUDIENCES_SQL = text(
     """/* sibyl:term_stats.stamp_audiences */
 UPDATE term_audiences s
-SET documents = c.documents, lengths = c.lengths, fresh = true, armed = false,
+SET documents = c.documents, lengths = c.lengths, fresh = true, armed_by = NULL,
     refreshed_at = now()
 FROM counted_audiences c
 WHERE s.org_id = :org_id AND s.audience = c.audience
@@ -151,8 +157,10 @@ WHERE s.org_id = :org_id AND s.audience = ANY(CAST(:audiences AS text[]))
 # not fresh (a write into it may have been missed), so its readers keep the fallback weights.
 STAMP_NEW_SQL = text(
     """/* sibyl:term_stats.stamp_new */
-INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh, armed)
-SELECT :org_id, c.audience, 0, 0, false, false FROM counted_audiences c
+INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh, armed_by)
+SELECT :org_id, c.audience, 0, 0, false, NULL FROM counted_audiences c
+WHERE NOT EXISTS (  -- read, not a conflict check: never waits for a write holding the row
+    SELECT 1 FROM term_audiences s WHERE s.org_id = :org_id AND s.audience = c.audience)
 ON CONFLICT (org_id, audience) DO NOTHING"""
 )
 
@@ -168,8 +176,9 @@ SELECT pg_advisory_xact_lock_shared({_LOCK})"""
 
 RETIRE_SQL = text(
     """/* sibyl:term_stats.retire */
-UPDATE term_audiences SET fresh = false, armed = false
-WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[])) AND (fresh OR armed)"""
+UPDATE term_audiences SET fresh = false, armed_by = NULL
+WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[]))
+  AND (fresh OR armed_by IS NOT NULL)"""
 )
 
 # The audiences the bound reader reads: its readable projects, and '*' unless its key is
@@ -216,31 +225,54 @@ class Stats:
     df: dict[str, int]
 
 
+ARM_WAIT_S = 120.0
+"""How long an arming polls for the org's lock (held shared by writes in flight) before the
+refresh gives up with :class:`RefreshBusy`."""
+ARM_POLL_S = 0.05
+
+
+class RefreshBusy(RuntimeError):
+    """Writes of the org held its statistics lock for :data:`ARM_WAIT_S` without a gap."""
+
+
 async def refresh(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
     """Recount every audience of ``org_id`` on ``conn`` (a connection outside any transaction:
     :func:`arm`, :func:`count` and :func:`stamp` run a transaction each, see the module
     docstring); return (audiences stamped fresh, their documents). Writes of the org wait only
-    for the arming, never for the count."""
+    for the arming's own statements, never for the count; an overlapping refresh takes over the
+    audiences it arms (the earlier one then stamps none of them)."""
     try:
-        await arm(conn, org_id=org_id)
+        token = await arm(conn, org_id=org_id)
         await count(conn, org_id=org_id)
-        return await stamp(conn, org_id=org_id)
+        return await stamp(conn, org_id=org_id, token=token)
     finally:
         if not conn.in_transaction():
             async with conn.begin():
                 await conn.execute(DROP_COUNTED_SQL)
 
 
-async def arm(conn: AsyncConnection, *, org_id: str) -> None:
-    """Refresh, step 1 (one short transaction under the org's lock, taken after the org's
-    audiences were read): every audience of ``org_id`` armed, a row made for each new one."""
+async def arm(conn: AsyncConnection, *, org_id: str) -> str:
+    """Refresh, step 1 (one short transaction, under the org's lock, taken by polling so that
+    it never queues writes behind it): every audience of ``org_id`` armed with a new token (a
+    row made for each new one); returns the token. Raises :class:`RefreshBusy` when writes held
+    the lock for :data:`ARM_WAIT_S`."""
+    import asyncio
+    import secrets
+    import time
+
     p = {"org_id": org_id}
+    token = secrets.token_hex(8)
+    deadline = time.monotonic() + ARM_WAIT_S
     async with conn.begin():
         await conn.execute(REFRESH_SETTINGS_SQL)
         audiences = [r.audience for r in await conn.execute(AUDIENCES_SQL, p)]
-        await conn.execute(REFRESH_LOCK_SQL, p)  # in-flight retiring writes end first
-        await conn.execute(ARM_SQL, {**p, "audiences": audiences})
-        await conn.execute(ARM_REST_SQL, p)
+        while not (await conn.execute(REFRESH_LOCK_SQL, p)).scalar():
+            if time.monotonic() > deadline:
+                raise RefreshBusy(f"writes of {org_id} held its statistics lock; try again")
+            await asyncio.sleep(ARM_POLL_S)  # in-flight retiring writes end first
+        await conn.execute(ARM_SQL, {**p, "audiences": audiences, "token": token})
+        await conn.execute(ARM_REST_SQL, {**p, "token": token})
+    return token
 
 
 async def count(conn: AsyncConnection, *, org_id: str) -> None:
@@ -255,16 +287,16 @@ async def count(conn: AsyncConnection, *, org_id: str) -> None:
         await conn.execute(COUNT_LEXEMES_SQL, p)
 
 
-async def stamp(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
-    """Refresh, step 3 (one short transaction): the audiences still armed (no write retired
-    them since the arming; their rows locked, so a write in flight is waited for) take the
-    counts and ``fresh``; an armed audience with no document left loses its row; an audience
-    counted that had no row at the arming gets one, not fresh. Returns (audiences stamped
-    fresh, their documents)."""
+async def stamp(conn: AsyncConnection, *, org_id: str, token: str) -> tuple[int, int]:
+    """Refresh, step 3 (one short transaction): the audiences still armed by ``token`` (no
+    write retired them and no later refresh took them over since the arming; a row a write is
+    disarming is skipped, never waited for) take the counts and ``fresh``; an armed audience
+    with no document left loses its row; an audience counted that had no row at the arming gets
+    one, not fresh. Returns (audiences stamped fresh, their documents)."""
     p = {"org_id": org_id}
     async with conn.begin():
         await conn.execute(REFRESH_SETTINGS_SQL)
-        armed = [r.audience for r in await conn.execute(STILL_ARMED_SQL, p)]
+        armed = [r.audience for r in await conn.execute(STILL_ARMED_SQL, {**p, "token": token})]
         q = {**p, "audiences": armed}
         await conn.execute(STAMP_CLEAR_SQL, q)
         await conn.execute(STAMP_GONE_SQL, q)

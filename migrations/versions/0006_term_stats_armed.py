@@ -1,9 +1,10 @@
 """term statistics: a refresh that does not hold writes back (issue 12, new-user trial)
 
-``term_audiences.armed``: set by a refresh, in a short transaction under the org's lock, before
-it counts; a write that changes a counted row clears it (and ``fresh``) as it retires the
-audience. The refresh then counts without any lock and, in a last short transaction, stamps
-fresh only the audiences still armed: none of them was written since its count began.
+``term_audiences.armed_by``: the token of the refresh that armed the audience, set in a short
+transaction under the org's lock before it counts; a write that changes a counted row clears it
+(and ``fresh``) as it retires the audience, and a later refresh's arming replaces it. The refresh
+then counts without any lock and, in a last short transaction, stamps fresh only the audiences
+still armed by its own token: none of them was written, nor re-armed, since its count began.
 
 Revision ID: 0006
 Revises: 0005
@@ -22,11 +23,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column(
-        "term_audiences",
-        sa.Column("armed", sa.Boolean(), server_default="false", nullable=False),
-    )
+    op.add_column("term_audiences", sa.Column("armed_by", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
-    op.drop_column("term_audiences", "armed")
+    op.drop_column("term_audiences", "armed_by")
