@@ -442,8 +442,8 @@ async def test_pep_0484_community_for_the_typing_reader(engine, pep_corpus, pep_
 # ------------------------------------------------------------------------------------------------
 
 
-def test_cli_communities_rebuild(database_url):
-    org = "org_cli_communities"
+def _load_group_a(database_url: str, org: str) -> None:
+    """GROUP_A as one linked clique in ``org`` (from a sync test: its own engine and loop)."""
 
     async def setup() -> None:
         eng = make_engine(database_url)
@@ -454,6 +454,11 @@ def test_cli_communities_rebuild(database_url):
             await eng.dispose()
 
     asyncio.run(setup())
+
+
+def test_cli_communities_rebuild(database_url):
+    org = "org_cli_communities"
+    _load_group_a(database_url, org)
     runner = CliRunner()
     result = runner.invoke(cli, ["communities", "rebuild", "--org", org])
     assert result.exit_code == 0, result.output
@@ -470,16 +475,7 @@ def test_cli_rebuild_survives_a_memory_deleted_while_it_runs(database_url, monke
     import app.repo.communities as community_repo
 
     org = "org_cli_race"
-
-    async def setup() -> None:
-        eng = make_engine(database_url)
-        try:
-            g = _graph(org, [_ent(e) for e in GROUP_A], edges=_clique(GROUP_A))
-            await load_graph(eng, g)
-        finally:
-            await eng.dispose()
-
-    asyncio.run(setup())
+    _load_group_a(database_url, org)
     real_links = community_repo.links
     deleted: list[str] = []
 

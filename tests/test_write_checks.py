@@ -151,34 +151,7 @@ async def _context_ids(client: httpx.AsyncClient, key: str) -> str:
 
 
 async def test_communities_are_retired_when_a_member_turns_private(engine, client):
-    t = Team()
-
-    def ent(id_: str, content: str) -> dict[str, Any]:
-        return {
-            "kind": "entity",
-            "org": t.org,
-            "id": id_,
-            "type": "note",
-            "name": id_,
-            "content": content,
-            "project": "p1",
-            "owner": t.u("bob"),
-        }
-
-    def dep(src: str, dst: str) -> dict[str, Any]:
-        return {"kind": "edge", "org": t.org, "src": src, "dst": dst, "relationship": "DEPENDS_ON"}
-
-    extra = [
-        ent("ca", "alphaword first"),
-        ent("cx", "the middle"),
-        ent("cb", "betaword last"),
-        dep("ca", "cx"),
-        dep("cx", "cb"),
-    ]
-    await t.load(engine, extra=extra)
-    async with write_tx(engine) as conn:
-        await communities.rebuild(conn, org_id=t.org)
-    vic, bob = await t.key(engine, "vic"), await t.key(engine, "bob")  # vic: p1 viewer
+    t, vic, bob = await _community_world(engine)
     assert ("cb", "SHARES_COMMUNITY") in await _walk(client, vic, "ca")  # the precondition
     r = await call(client, "PATCH", "/api/entities/cx", bob, json={"scope": "private"})
     assert r.status_code == 200, r.text
