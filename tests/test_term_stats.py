@@ -245,19 +245,16 @@ async def test_a_write_during_a_refresh_is_not_held_back_and_keeps_its_audience_
     async with engine.connect() as refreshing, engine.connect() as writing:
         token = await term_stats.arm(refreshing, org_id=t.org)
         await term_stats.count(refreshing, org_id=t.org)
-        waited: list[float] = []
-        started = asyncio.get_running_loop().time()
-        async with writing.begin():  # after the count, before the stamp: never waits for them
+        async with writing.begin():  # after the count, before the stamp: nothing to wait for
             await writing.execute(
                 text("UPDATE entities SET content = 'zebra' WHERE org_id = :o AND id = 'n1'"),
                 {"o": t.org},
             )
+            # a guard, not a time: a retire blocked by the refresh would never end here
             await asyncio.wait_for(
-                term_stats.retire(writing, org_id=t.org, audiences=["p1"]), timeout=5
+                term_stats.retire(writing, org_id=t.org, audiences=["p1"]), timeout=30
             )
-        waited.append(asyncio.get_running_loop().time() - started)
         await term_stats.stamp(refreshing, org_id=t.org, token=token)
-    assert waited and waited[0] < 5
     assert await _fresh(engine, t.org) == {"p1": False, "p2": True, "p3": True, "*": True}
 
 
@@ -351,7 +348,9 @@ async def test_a_write_never_queues_behind_a_refresh_waiting_for_a_long_write(en
         await asyncio.sleep(0.3)
         async with w2.begin():
             await asyncio.wait_for(
-                term_stats.retire(w2, org_id=t.org, audiences=["p2"]), timeout=1.0
+                # a guard, not a time: queued behind the arming it would wait for w1 forever
+                term_stats.retire(w2, org_id=t.org, audiences=["p2"]),
+                timeout=30,
             )
         assert not refresh.done()
         await w1.commit()
