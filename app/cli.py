@@ -213,7 +213,7 @@ def stats_refresh(
     ] = None,
 ) -> None:
     """Recount the search word statistics (documents per lexeme and audience; docs/search.md),
-    per org in one transaction; print each org's audiences and documents."""
+    per org, without holding writes back; print each org's audiences and documents."""
     from app.repo import term_stats
     from app.repo.communities import org_ids
 
@@ -224,11 +224,7 @@ def stats_refresh(
                 known = await org_ids(conn)
             if org is not None and org not in known:
                 raise _err(f"no such org: {org}")
-            out = await term_stats.refresh_orgs(engine, [org] if org else known)
-            async with engine.connect() as conn:
-                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await term_stats.vacuum(auto)
-            return out
+            return await term_stats.refresh_orgs(engine, [org] if org else known)
         finally:
             await engine.dispose()
 
@@ -274,9 +270,7 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
             await term_stats.refresh_orgs(engine, chosen)  # the search statistics too
             # a bulk rewrite: fresh statistics and visibility map (autovacuum may be off)
             async with engine.connect() as conn:
-                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                await vacuum(auto)
-                await term_stats.vacuum(auto)
+                await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
             return out
         finally:
             await engine.dispose()

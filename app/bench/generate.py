@@ -988,10 +988,9 @@ async def ensure_term_stats(url: str, org: str) -> bool:
             return False
         engine = make_engine(url)
         try:
-            await term_stats.refresh_orgs(engine, [org])
+            await term_stats.refresh_orgs(engine, [org])  # vacuums what it wrote
         finally:
             await engine.dispose()
-        await conn.execute("VACUUM (ANALYZE) term_audiences, term_stats")
         return True
     finally:
         await conn.close()
@@ -1061,10 +1060,9 @@ async def load(
         t0 = time.monotonic()  # as an import does: search weighs words by the org's counts
         stats_engine = make_engine(url)
         try:
-            await term_stats.refresh_orgs(stats_engine, [spec.org])
+            await term_stats.refresh_orgs(stats_engine, [spec.org])  # vacuums what it wrote
         finally:
             await stats_engine.dispose()
-        await conn.execute("VACUUM (ANALYZE) term_audiences, term_stats")
         say(f"search word statistics counted in {time.monotonic() - t0:.1f}s")
         hub_ids = plan.hub_ids()
         degree_rows = await conn.fetch(

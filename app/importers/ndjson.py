@@ -174,9 +174,8 @@ IMPORT_LOCK_SQL = "/* sibyl:import.lock */ SELECT pg_advisory_xact_lock(hashtext
 VACUUM_TIMEOUT_S = 600.0
 VACUUM_SQL = (
     "/* sibyl:import.vacuum */ VACUUM (ANALYZE) entities, edges, mentions, pending_links, "
-    "passages, entity_grants, project_members, projects, users, communities, community_members, "
-    "term_audiences, term_stats"
-)
+    "passages, entity_grants, project_members, projects, users, communities, community_members"
+)  # the search statistics' tables: vacuumed by their refresh (app.repo.term_stats.refresh_orgs)
 
 
 class ImportError_(Exception):

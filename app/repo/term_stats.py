@@ -31,6 +31,9 @@ every current passage's (``parent_revision`` = its memory's revision), whatever 
 
 from __future__ import annotations
 
+import asyncio
+import secrets
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -256,10 +259,6 @@ async def arm(conn: AsyncConnection, *, org_id: str) -> str:
     it never queues writes behind it): every audience of ``org_id`` armed with a new token (a
     row made for each new one); returns the token. Raises :class:`RefreshBusy` when writes held
     the lock for :data:`ARM_WAIT_S`."""
-    import asyncio
-    import secrets
-    import time
-
     p = {"org_id": org_id}
     token = secrets.token_hex(8)
     deadline = time.monotonic() + ARM_WAIT_S
@@ -316,10 +315,11 @@ async def vacuum(conn: AsyncConnection) -> None:
 
 
 async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """:func:`refresh` each of ``org_ids``, one transaction each; (audiences, documents) by org.
-    Runs on an engine of its own to the same database, without the service's statement timeout
-    (server- and client-side: a whole org's vectors are read). The caller then vacuums
-    (:func:`vacuum`)."""
+    """:func:`refresh` each of ``org_ids`` (three short-or-lockless transactions each, see
+    there), then ``VACUUM (ANALYZE)`` the statistics tables it rewrote (fresh planner statistics
+    and visibility map: autovacuum may be off); (audiences, documents) by org. Runs on an engine
+    of its own to the same database, without the service's statement timeout (server- and
+    client-side: a whole org's vectors are read)."""
     from app.core.db import make_engine
 
     bulk = make_engine(engine.url.render_as_string(hide_password=False))
@@ -328,6 +328,8 @@ async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str,
         for org_id in org_ids:
             async with bulk.connect() as conn:
                 out[org_id] = await refresh(conn, org_id=org_id)
+        async with bulk.connect() as conn:
+            await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
     finally:
         await bulk.dispose()
     return out
