@@ -258,17 +258,12 @@ async def save_entity(
     await writes.update_entity(conn, org_id=org_id, fields=fields, revision=revision)
     placed = (stored.scope, stored.project_id, stored.lifecycle)
     if placed != (data.scope, data.project_id, data.lifecycle):
-        await write_rules.retire_communities(conn, org_id=org_id, ids=[data.id])
-        # its links left the old audience and joined the new one: their ends' communities too
-        for scope, project_id, lifecycle in (placed, (data.scope, data.project_id, data.lifecycle)):
-            await community_repo.retire_neighbours(
-                conn,
-                org_id=org_id,
-                entity_id=data.id,
-                scope=scope,
-                project_id=project_id,
-                lifecycle=lifecycle,
-            )
+        await write_rules.retire_moved_communities(
+            conn,
+            org_id=org_id,
+            entity_id=data.id,
+            placements=[placed, (data.scope, data.project_id, data.lifecycle)],
+        )
     counted = (stored.name, stored.content, stored.scope, stored.project_id)
     if body_changed or counted != (data.name, data.content, data.scope, data.project_id):
         await write_rules.retire_term_stats(

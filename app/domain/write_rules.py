@@ -105,6 +105,29 @@ async def retire_link_communities(
         await community_repo.retire_links(conn, org_id=org_id, pairs=list(dict.fromkeys(pairs)))
 
 
+async def retire_moved_communities(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    entity_id: str,
+    placements: Sequence[tuple[str, str | None, str]],
+) -> None:
+    """A memory moved from the first (scope, project, lifecycle) of ``placements`` to the
+    second: delete its own communities and those of the memories it links to (either way) in
+    its old and its new audience, since its links left the one and joined the other (same
+    transaction as the write)."""
+    await retire_communities(conn, org_id=org_id, ids=[entity_id])
+    for scope, project_id, lifecycle in placements:
+        await community_repo.retire_neighbours(
+            conn,
+            org_id=org_id,
+            entity_id=entity_id,
+            scope=scope,
+            project_id=project_id,
+            lifecycle=lifecycle,
+        )
+
+
 async def retire_term_stats(
     conn: AsyncConnection, *, org_id: str, scope: str, project_id: str | None
 ) -> None:
