@@ -107,11 +107,16 @@ def _edge_arm(direction: str) -> str:
 
     ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. An
     ordinary node (at most ``:hub_degree`` edges that way) has all its edges read and probed with
-    the read rule, then numbered in weight order (weight desc, relationship, neighbour id), so
-    every row a cut drops is known. A hub is read one index range per relationship, strongest
-    relationship first (``:<dir>_tiers``, NULL standing for every relationship of the default
-    weight, read in index order), each range stopping at ``:hop_cap + 1`` readable rows, and the
-    whole arm stops at ``:hop_cap + 1`` rows: its work is bounded by the cap, not its degree.
+    the read rule, then numbered in weight order (weight desc, relationship, neighbour id). Both
+    kinds enter the same rows (the first ``:hop_cap`` readable ones in that order) and bound what
+    they drop the same way (the first dropped row; its id only for a relationship that is the
+    last of its weight, ``:<dir>_exact``): the hub test counts edges before the read rule, so
+    the two must be indistinguishable to a reader (a private memory's edges must not flip
+    ``frontier_capped``; found in a new-user trial, 2026-11-30). A hub is read one index range
+    per relationship, strongest relationship first (``:<dir>_tiers``, NULL standing for every
+    relationship of the default weight, read in index order), each range stopping at
+    ``:hop_cap + 1`` readable rows, and the whole arm stops at ``:hop_cap + 1`` rows: its work is
+    bounded by the cap, not its degree.
     """
     near, far = ("src_id", "dst_id") if direction == "out" else ("dst_id", "src_id")
     denied = f"{direction}_denied"
@@ -123,8 +128,12 @@ def _edge_arm(direction: str) -> str:
                      row_number() OVER (ORDER BY x.weight DESC, x.relationship, x.id) AS ord,
                      x.exact
               FROM (
-                (  -- an ordinary node: every edge, each probed (every dropped row is known)
-                  SELECT e.id, e.relationship, e.weight, t.type, true AS exact
+                (  -- an ordinary node: every edge, each probed; a dropped row bounds the
+                   -- cut exactly as a hub's would (its id only when no other relationship of
+                   -- its weight may follow it), so whether a node counts as a hub, which its
+                   -- unreadable edges decide, never changes what a reader sees (the flag)
+                  SELECT e.id, e.relationship, e.weight, t.type,
+                         e.relationship = ANY(CAST(:{direction}_exact AS text[])) AS exact
                   FROM (
                     SELECT e.{far} AS id, e.relationship, {weight} AS weight
                     FROM edges e
