@@ -562,6 +562,86 @@ async def test_a_cut_made_before_issue_12_that_dropped_text_keeps_it_searchable(
     assert hit["id"] == "doc_old"
 
 
+async def test_a_long_memory_competes_through_every_span_not_only_those_the_scans_found(
+    engine, client, monkeypatch
+):
+    """Re-ranking by the best span (issue 12, ``app.domain.search.rerank``): the candidate scans
+    find a passage only through its breadcrumb or the query's rarest word, so a long memory whose
+    answering span holds the question's commoner words (and whose name holds one of them)
+    competed through its name and lead only, below a short memory holding the rarest word once.
+    Every span of the best memories is now scored: the answering memory comes first, its
+    ``metadata.match.span_rank`` says why, and its focus names that span."""
+    sfx, org = secrets.token_hex(3), "org_rerank_" + secrets.token_hex(4)
+    sections = "".join(f"## Part {i}\n\n{SECTION}\n\n" for i in range(4))
+    answer = (
+        "## Habits\n\n" + SECTION + "\n\nThey swim in murky rivers at night; murky rivers hide"
+        " them, and at night they swim far up the rivers.\n\n"
+    )
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_rivers", "River notes", sections + answer + sections, type="document"),
+        _ent(org, sfx, "doc_short", "Short note", "A platypus was seen once."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    question = "Where does the platypus swim in murky rivers at night?"
+    got = await _search(client, key, query=question)
+    ranked = [r["parent_entity_id"] or r["id"] for r in got["results"]]
+    assert ranked[:2] == ["doc_rivers", "doc_short"]
+    first = got["results"][0]
+    assert first["metadata"]["match"]["span_rank"] > first["metadata"]["match"]["text_rank"]
+    async with engine.connect() as conn:
+        holder = (
+            await conn.execute(
+                text(
+                    "SELECT id FROM passages WHERE org_id = :o AND parent_id = 'doc_rivers'"
+                    " AND content LIKE '%murky rivers hide%'"
+                ),
+                {"o": org},
+            )
+        ).scalar_one()
+    assert first["metadata"]["focus"]["id"] == holder
+    # without the re-ranking (no memory's spans scored) the order was the other way round
+    monkeypatch.setattr(policy, "SEARCH_RERANK", 0)
+    before = await _search(client, key, query=question)
+    assert [r["parent_entity_id"] or r["id"] for r in before["results"]][:2] == [
+        "doc_short",
+        "doc_rivers",
+    ]
+    assert before["results"][1]["metadata"]["match"]["span_rank"] is None
+
+
+async def test_pages_across_the_re_ranked_memories_are_one_order(engine, client):
+    # The re-ranking covers a fixed number of memories (policy.SEARCH_RERANK, 40), never one
+    # derived from limit or offset: pages of 7 read across it give exactly the one page of 50.
+    sfx, org = secrets.token_hex(3), "org_rerank_pages_" + secrets.token_hex(4)
+    records = [*_open_org(sfx, org, {"ann": "member"})]
+    for i in range(60):
+        body = " ".join(["heron"] * (1 + i % 5) + ["marsh"] * (i % 3) + [SECTION[: 40 * i]])
+        name = f"Heron note {i}"
+        if i % 2 == 0:  # long, cut, found by its name only: its span found by the re-ranking
+            body = f"## A\n\n{SECTION}\n\n## Birds\n\n{body}\n\n## B\n\n{SECTION}\n"
+            name = f"Marsh note {i}"
+        elif i % 3 == 0:
+            body += " egret"  # the rarest word: the body scan looks for it only
+        records.append(_ent(org, sfx, f"m{i:02d}", name, body))
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    query = "heron marsh egret"
+    whole = await _search(client, key, query=query, limit=50)
+    assert whole["total"] == 50 and whole["has_more"]
+    assert any(  # the re-ranking moved some memory (its best span beat its hit)
+        (r["metadata"]["match"]["span_rank"] or 0) > (r["metadata"]["match"]["text_rank"] or 0)
+        for r in whole["results"]
+    )
+    paged: list[str] = []
+    for offset in range(0, 56, 7):
+        page = await _search(client, key, query=query, limit=7, offset=offset)
+        paged += [r["id"] for r in page["results"]]
+    assert paged[:50] == [r["id"] for r in whole["results"]]
+    assert len(paged) == len(set(paged)) == 56
+
+
 async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt(engine, client):
     """``metadata.focus`` (issue 12): every current span of a result's memory is scored with the
     query (not only those the candidate scans found): the span where the query's words are is

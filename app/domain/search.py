@@ -82,6 +82,7 @@ __all__ = [
     "match_metadata",
     "normalize_lifecycles",
     "normalize_query",
+    "rerank",
     "rrf_score",
     "search",
     "weigh",
@@ -115,6 +116,8 @@ class Ranked:
     lanes: dict[str, int]
     text_rank: float | None
     score: float
+    span_rank: float | None = None
+    """The BM25 score of the memory's best span, when :func:`rerank` scored its spans."""
 
     @property
     def memory_id(self) -> str:
@@ -194,6 +197,49 @@ def fuse(
     ]
     ranked.sort(key=lambda r: (-r.score, r.id))
     return ranked
+
+
+def rerank(
+    folded: list[tuple[Ranked, list[str]]], best_span: dict[str, float], k: int
+) -> list[tuple[Ranked, list[str]]]:
+    """The folded list with its first ``k`` memories re-ranked by their best span.
+
+    ``best_span``: memory id → the BM25 score of its best-matching span over **all** its current
+    spans (:func:`app.repo.search.focus`), for memories among the first ``k``. Each of those that
+    is in the full-text lane gets the text score max(its hit's score, its best span's score), and
+    the full-text ranks the ``k`` held are handed out again in that order (ties: id); the fused
+    scores are recomputed (RRF with the exact lane, unchanged) and the whole list re-sorted by
+    score, then id. Why: the candidate scans find a passage only through its breadcrumb or the
+    query's rarest word, so a memory whose answering passage holds the question's commoner words
+    competed only through its name and lead (issue 12; docs/search.md). ``k`` is fixed
+    (:data:`~app.domain.policy.SEARCH_RERANK`), never derived from a page, so every page is a
+    slice of one total order."""
+    head = folded[:k]
+    texted = [r for r, _ in head if FULLTEXT in r.lanes]
+    ranks = sorted(r.lanes[FULLTEXT] for r in texted)
+
+    def text_score(r: Ranked) -> float:
+        return max(r.text_rank or 0.0, best_span.get(r.memory_id, 0.0))
+
+    order = sorted(texted, key=lambda r: (-text_score(r), r.id))
+    new_rank = {r.id: rank for r, rank in zip(order, ranks, strict=True)}
+    out: list[tuple[Ranked, list[str]]] = []
+    for r, collapsed in head:
+        if r.id in new_rank:
+            lanes = {**r.lanes, FULLTEXT: new_rank[r.id]}
+            r = Ranked(
+                id=r.id,
+                parent_id=r.parent_id,
+                type=r.type,
+                lanes=lanes,
+                text_rank=r.text_rank,
+                score=rrf_score(lanes),
+                span_rank=best_span.get(r.memory_id),
+            )
+        out.append((r, collapsed))
+    out += folded[k:]
+    out.sort(key=lambda e: (-e[0].score, e[0].id))
+    return out
 
 
 def fold(ranked: list[Ranked]) -> list[tuple[Ranked, list[str]]]:
@@ -295,10 +341,12 @@ def hit_fields(hit: search_repo.Hit, preview_chars: int) -> dict[str, Any]:
 
 
 def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
-    """``metadata.match``: the hit's rank in each of ``lanes`` (null: not in it), and its text
-    rank (its BM25 score; null: no full-text match)."""
+    """``metadata.match``: the hit's rank in each of ``lanes`` (null: not in it), its text rank
+    (its BM25 score; null: no full-text match) and ``span_rank``, the BM25 score of its memory's
+    best span when :func:`rerank` scored the memory's spans (null otherwise)."""
     out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in lanes}
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
+    out["span_rank"] = None if ranked.span_rank is None else round(ranked.span_rank, 6)
     return out
 
 
@@ -362,6 +410,23 @@ async def search(
         cap=s.search_candidate_cap,
     )
     folded = fold(fuse([(FULLTEXT, found)]))
+
+    async def focus_of(memories: list[str]) -> dict[str, search_repo.Focus]:
+        return await search_repo.focus(
+            conn,
+            reader_params=reader.params(),
+            memories=memories,
+            words=[w for w, _ in weighted],
+            idfs=[idf for _, idf in weighted],
+            per_memory=policy.SEARCH_FOCUS_SPANS,
+            scoring=scoring,
+        )
+
+    # every span of the best memories scored once: it re-ranks them and gives their focus
+    focused = await focus_of([r.memory_id for r, _ in folded[: policy.SEARCH_RERANK]])
+    folded = rerank(
+        folded, {m: f.spans[0].text_rank for m, f in focused.items()}, policy.SEARCH_RERANK
+    )
     page = folded[offset : offset + limit]
     rows = await search_repo.hits(
         conn,
@@ -369,15 +434,9 @@ async def search(
         ids=[r.id for r, _ in page],
         preview_chars=preview_chars,
     )
-    focused = await search_repo.focus(
-        conn,
-        reader_params=reader.params(),
-        memories=[r.memory_id for r, _ in page],
-        words=[w for w, _ in weighted],
-        idfs=[idf for _, idf in weighted],
-        per_memory=policy.SEARCH_FOCUS_SPANS,
-        scoring=scoring,
-    )
+    unfocused = [r.memory_id for r, _ in page if r.memory_id not in focused]
+    if unfocused:  # a page past the re-ranked memories
+        focused = {**focused, **await focus_of(unfocused)}
     results: list[SearchResult] = []
     for r, collapsed in page:
         hit = rows.get(r.id)
