@@ -370,8 +370,8 @@ def eval_(
         list[Path] | None,
         typer.Option(
             "--questions",
-            help="A question set (JSON Lines; repeatable; default: eval/questions.jsonl and "
-            "eval/heldout.jsonl)",
+            help="A question set (JSON Lines; repeatable; default: eval/questions.jsonl, "
+            "eval/heldout.jsonl and the clean held-out sets eval/heldout2-4.jsonl)",
         ),
     ] = None,
     json_out: Annotated[

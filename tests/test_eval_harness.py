@@ -25,6 +25,7 @@ from app.evaluation.questions import (
     keywords,
     load_questions,
 )
+from app.evaluation.runner import QUESTION_SETS
 from app.repo.readers import reader_by_user
 from tests.builders import import_dicts
 
@@ -69,9 +70,12 @@ def test_question_files_are_well_formed(tmp_path: Path):
     main = load_questions(PROJECT_ROOT / "eval" / "questions.jsonl")
     held = load_questions(PROJECT_ROOT / "eval" / "heldout.jsonl")
     assert len(main) >= 40 and len(held) >= 12
-    assert not {q.id for q in main} & {q.id for q in held}
-    assert not {q.question for q in main} & {q.question for q in held}
-    for qs in (main, held):
+    sets = [load_questions(path) for _, path in QUESTION_SETS]
+    assert len(sets) == 5 and sets[0] == main and sets[1] == held
+    ids = [q.id for qs in sets for q in qs]
+    questions = [q.question for qs in sets for q in qs]
+    assert len(ids) == len(set(ids)) and len(questions) == len(set(questions))
+    for qs in sets:
         hops = {q.hop_relationship for q in qs if q.hop_relationship}
         assert hops == {"SUPERSEDES", "DEPENDS_ON"}
         assert all(q.hop_from and q.hop_from not in q.answers for q in qs if q.hop_relationship)
