@@ -371,7 +371,7 @@ def eval_(
         typer.Option(
             "--questions",
             help="A question set (JSON Lines; repeatable; default: eval/questions.jsonl, "
-            "eval/heldout.jsonl and the clean held-out sets eval/heldout2-4.jsonl)",
+            "eval/heldout.jsonl and the clean held-out sets eval/heldout2-5.jsonl)",
         ),
     ] = None,
     json_out: Annotated[

@@ -41,6 +41,7 @@ QUESTION_SETS = (
     ("heldout2", PROJECT_ROOT / "eval" / "heldout2.jsonl"),
     ("heldout3", PROJECT_ROOT / "eval" / "heldout3.jsonl"),
     ("heldout4", PROJECT_ROOT / "eval" / "heldout4.jsonl"),
+    ("heldout5", PROJECT_ROOT / "eval" / "heldout5.jsonl"),
 )
 
 
