@@ -206,8 +206,8 @@ def test_summary_of_hand_made_results():
 
 async def test_round_3_widens_the_best_matching_span_that_search_names(engine):
     """With previews and excerpts too short to hold the phrase, the loop exposes it in round 3 by
-    widening the span ``metadata.focus`` names (window 1), and the returned text holds no
-    span twice."""
+    widening the span ``metadata.focus`` names (window 1; the default plan's window 2 adds the
+    span after it), and the returned text holds no span twice."""
     org, sfx = "org_evalf_" + secrets.token_hex(4), secrets.token_hex(3)
     records = _corpus(org, sfx)
     await import_dicts(engine, records)
@@ -218,7 +218,7 @@ async def test_round_3_widens_the_best_matching_span_that_search_names(engine):
     question = Question(
         "focus", "Where do grey herons nest?", ("doc_guide",), "nest in colonies called heronries"
     )
-    plan = LoopPlan(search_chars=20, expand_chars=20)
+    plan = LoopPlan(search_chars=20, expand_chars=20, best_window=1, best_chars=1500)
     (result,) = await evaluate(
         engine, reader, [question], bodies=bodies, plan=plan, with_context=False
     )
@@ -226,3 +226,13 @@ async def test_round_3_widens_the_best_matching_span_that_search_names(engine):
     assert result.exposed_round == 3
     # round 3 read the Breeding span (≈ 780 characters), not the guide from its start
     assert result.returned_chars < len(bodies["doc_guide"])
+    # the default plan reads the best span with the one after it: more text, the same exposure
+    (wider,) = await evaluate(
+        engine,
+        reader,
+        [question],
+        bodies=bodies,
+        plan=LoopPlan(search_chars=20, expand_chars=20),
+        with_context=False,
+    )
+    assert wider.exposed_round == 3 and wider.returned_chars > result.returned_chars

@@ -21,10 +21,12 @@ passage's parent) is one of its answers; recall@k = share of questions ranked â‰
 3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of each of the top
    ``slice_hits`` results' ``slice_spans`` best-matching spans (``metadata.focus``: ``id``, then
    ``next``; without a focus, the result when it is a passage, else the first passage among its
-   ``metadata.collapsed`` hits, else the memory from its start); of a result that is the memory
+   ``metadata.collapsed`` hits, else the memory from its start), the best one with window
+   ``best_window`` at ``best_chars`` (it and the span after it); of a result that is the memory
    itself (its name or lead matched) whose best span is not its first, also its opening; and of
    the best ``slice_neighbors`` neighbors of round 2 that are neither a seed, a seed's own
-   passage, nor already sliced (from their start). Each id is sliced once.
+   passage, nor already sliced (from their start). Each id is sliced once, and a span already
+   returned in another's window is not sliced again.
 
 *Returned text* = every name and content (preview, neighbor preview, span) the three rounds
 returned; a question is *exposed* when its answer phrase appears in it
@@ -65,7 +67,8 @@ class LoopPlan:
     """The bounds of the scripted loop (see the module docstring); the same for every question.
     The first plan (window 3 of 3,000 characters around the first collapsed hit of the top 2
     results) was fixed before any figure was measured; this one replaced it on 2026-11-30 after
-    the diagnosis in docs/eval.md (search's ``metadata.focus``)."""
+    the diagnosis in docs/eval.md (search's ``metadata.focus``); the best span's window of 2
+    was added the same day (measured on every set before it was kept: docs/eval.md)."""
 
     search_limit: int = 5
     search_chars: int = 300
@@ -77,6 +80,10 @@ class LoopPlan:
     slice_neighbors: int = 1
     slice_window: int = 1
     slice_chars: int = 1500
+    best_window: int = 2
+    """The window of each result's best span (it and the span after it: an example or a code
+    block often follows the prose that matched), at ``best_chars`` for the whole window."""
+    best_chars: int = 3000
 
     def __post_init__(self) -> None:
         if self.search_limit < RECALL_DEPTH:
@@ -204,9 +211,11 @@ async def run_loop(
 
     # round 3: widen the best passages
     targets: list[str] = []
+    bests: set[str] = set()
     for r in results[: plan.slice_hits]:
         best = _best_passage(r)
         targets.append(best)
+        bests.add(best)
         targets += _next_spans(r)[: plan.slice_spans - 1]
         if _opening_too(r, best):
             targets.append(str(r.id))
@@ -221,7 +230,10 @@ async def run_loop(
         targets.append(n.id)
         sliced_memories.add(memory)
         picked += 1
+    returned: set[str] = set()  # spans already returned (a best span's window holds its next)
     for target in dict.fromkeys(targets):
+        if target in returned:
+            continue
         try:
             async with read_tx(engine) as conn:
                 window = await fetch_slice(
@@ -229,8 +241,10 @@ async def run_loop(
                     reader,
                     SliceRequest(
                         entity_id=target,
-                        window=plan.slice_window,
-                        content_max_chars=plan.slice_chars,
+                        window=plan.best_window if target in bests else plan.slice_window,
+                        content_max_chars=(
+                            plan.best_chars if target in bests else plan.slice_chars
+                        ),
                     ),
                 )
         except NotFound:  # pragma: no cover - read in the same rounds; a concurrent edit only
@@ -238,6 +252,8 @@ async def run_loop(
         touch(window.parent_id)
         for p in window.passages:
             texts += [p.name, p.content]
+            if not p.truncated:  # a span cut short by the window's budget is sliced again
+                returned.add(p.id)
     if exposed_round is None and exposed():
         exposed_round = 3
 
