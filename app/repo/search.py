@@ -15,7 +15,15 @@ The full-text lane, step by step (CTEs of the statement):
 - ``memory_matches`` / ``passage_matches``: per word, its first ``term_cap + 1`` readable
   matches in ``head_tsv`` (a memory's name: every word; a passage's breadcrumb: the
   ``breadcrumb_words`` rarest), and for the ``body_words`` rarest its first ``term_cap + 1`` in
-  ``search_tsv`` (GIN index scans, LATERAL per word, so each stops early).
+  ``search_tsv`` (GIN index scans, LATERAL per word, so each stops early), in the order of the
+  table's own scan: a bitmap heap scan (the tsquery is a run-time value, so its estimate is the
+  same whatever the table holds) meets rows in physical order, and a passage probes its parent
+  row per passage (LATERAL, LIMIT 1). Until 2026-11-30 the passage arm was a plain join: with
+  8,000 hidden notes and an ANALYZE the planner turned its hash join into a merge join on the
+  parents' key, so a capped word kept other readable passages (a breaker trial: 22 of 72 answers
+  changed). Ordering the capped scans by id would make the kept rows independent of any plan,
+  but costs a sort of every match (the common word of the 200k benchmark: 136 ms, 108k buffers
+  against 11 ms, 5k): not done; ``docs/search.md`` says what physical order still depends on.
 - ``pool``: each candidate once, the ``:cap`` found by the heaviest words.
 - ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's vectors; per query lexeme
   its occurrences (``setweight`` marks the query's lexemes, ``ts_filter`` keeps only them, so a
@@ -65,7 +73,13 @@ def _fulltext_arm(name: str) -> str:
         row, filters = "t", _MEMORY_FILTER
         heads = ":name_words"
     else:
-        source = "passages p JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id"
+        # each passage probes its parent (LATERAL, LIMIT 1: a nested loop driven by the
+        # passages' own scan), never a hash or merge join whose choice, and so the order the
+        # capped scan meets readable rows in, follows statistics over rows the reader cannot read
+        source = (
+            "passages p CROSS JOIN LATERAL (SELECT t.* FROM entities t"
+            " WHERE t.org_id = p.org_id AND t.id = p.parent_id LIMIT 1) t"
+        )
         key = "p.id, p.parent_id, t.type"
         row, filters = "p", _PASSAGE_FILTER
     return f"""SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.head) AS n,
@@ -114,9 +128,13 @@ word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all m
 """
 # BM25 of a document `c` over its matched words `x`:
 # Σ idf × tf (k1 + 1) / (tf + k1 (1 − b + b × length / avg_length)).
+# Summed in word order (`ORDER BY x.ord`): float addition is not associative, and two documents
+# with the same words and frequencies must score exactly alike whatever order the plan feeds the
+# aggregate (ties are then broken by the stated rule, not by rounding noise).
 _BM25 = """sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
                / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
-                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8))))"""
+                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8)))
+               ORDER BY x.ord)"""
 
 CANDIDATES_SQL = text(
     f"""/* sibyl:search.candidates */
