@@ -506,3 +506,25 @@ async def test_a_capped_related_list_keeps_the_strongest_hops(engine):
             ("d01", "DEPENDS_ON"),
             ("d02", "DEPENDS_ON"),
         ], cap
+
+
+async def test_a_pack_looks_its_word_statistics_up_once(engine):
+    # The goal is weighed twice (as written, and as its words), from ONE look-up of the
+    # reader's statistics over both (app.domain.search.weigh_all).
+    from app.domain.search import weigh
+    from app.repo.explain import capture
+    from app.repo.term_stats import refresh_orgs
+
+    key = await _long_key(engine)
+    async with engine.connect() as conn:
+        reader = await reader_by_key(conn, key=key)
+        assert reader is not None
+    await refresh_orgs(engine, [reader.org_id])  # counted weights, not the fallback
+    goal = "Where does the kestrel hover over the verge?"
+    async with engine.connect() as conn:
+        async with capture(conn) as captured:
+            pack = await context_pack(conn, reader, ContextRequest(goal=goal))
+        names = [st.name for st in captured]
+        assert names.count("sibyl:search.weights") == 1, names
+        alone, _ = await weigh(conn, reader, goal)
+    assert pack.total_items > 0 and alone  # counted words, and a pack found with them

@@ -74,6 +74,7 @@ from app.domain.search import (
     fuse,
     hit_fields,
     normalize_query,
+    weigh_all,
 )
 from app.domain.validation import normalize_project
 from app.repo import related as related_repo
@@ -490,12 +491,15 @@ async def _ranked(
     """The goal's candidates in three lanes (all its words, any of its words, exact), fused."""
     runs = []
     capped = False
-    for lane, words in ((ALL_WORDS, goal), (ANY_WORD, goal_words(goal))):
+    lanes = ((ALL_WORDS, goal), (ANY_WORD, goal_words(goal)))
+    weights = await weigh_all(conn, reader, [words for _, words in lanes])  # one look-up
+    for (lane, words), weighted in zip(lanes, weights, strict=True):
         found, was_capped = await find_candidates(
             conn,
             reader,
             query=goal,
             words=words,
+            weighted=weighted,
             types=types,
             lifecycles=lifecycles,
             project=project,

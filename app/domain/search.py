@@ -86,6 +86,7 @@ __all__ = [
     "rrf_score",
     "search",
     "weigh",
+    "weigh_all",
 ]
 
 _LIFECYCLES = ("active", "superseded", "retired")
@@ -262,15 +263,24 @@ async def weigh(
     and the scoring constants, from the statistics of the audiences ``reader`` reads (one
     statement, ``sibyl:search.weights``); the fallback weights and the default constants when
     it has none to use (never counted, or an audience stale)."""
-    tokens = terms.tokens(text)
+    return (await weigh_all(conn, reader, [text]))[0]
+
+
+async def weigh_all(
+    conn: AsyncConnection, reader: Reader, texts: list[str]
+) -> list[tuple[list[tuple[str, float]], search_repo.Scoring]]:
+    """:func:`weigh` of each of ``texts``, with ONE look-up of the statistics over all their
+    words (``context`` weighs its goal twice, as written and as its words)."""
+    tokens = list(dict.fromkeys(t for text in texts for t in terms.tokens(text)))
     stats = (
         await term_stats.lookup(conn, reader_params=reader.params(), words=tokens)
         if tokens
         else None
     )
     if stats is None:
-        return terms.words(text), search_repo.Scoring()
-    return terms.words(text, stats), search_repo.Scoring(avg_length=stats.avg_length)
+        return [(terms.words(text), search_repo.Scoring()) for text in texts]
+    scoring = search_repo.Scoring(avg_length=stats.avg_length)
+    return [(terms.words(text, stats), scoring) for text in texts]
 
 
 async def find_candidates(
