@@ -32,6 +32,22 @@ def _rows(resp: ExpandResponse) -> list[tuple[str, str, int]]:
     return [(n.id, n.relationship, n.distance) for n in resp.neighbors]
 
 
+async def _hub_world(
+    engine, *, visible: list[tuple[str, str]], hidden: list[tuple[str, str]]
+) -> str:
+    """A memory ``hub`` with an edge to each of ``visible`` (id, relationship), readable by the
+    world's user, and to each of ``hidden``: private memories of another user. Returns the
+    user's read key."""
+    w = World().entity("hub")
+    other = f"user_other_{w.org}"
+    w.records.append({"kind": "user", "id": other, "org": w.org, "handle": "o", "role": "member"})
+    for id_, rel in hidden:
+        w.entity(id_, scope="private", owner=other).edge("hub", rel, id_)
+    for id_, rel in visible:
+        w.entity(id_).edge("hub", rel, id_)
+    return await w.load(engine)
+
+
 async def test_a_hub_cap_keeps_depends_on_over_seventy_contradicts(engine):
     # Issue 15: 70 CONTRADICTS (0.64) sort before 30 DEPENDS_ON (0.98) by name; a cap in name
     # order kept the weak ones. In weight order the answer is the 24 smallest DEPENDS_ON ids.
@@ -125,22 +141,13 @@ async def test_weight_trap_a_dropped_weak_hop_leading_to_a_strong_one_is_reporte
 async def test_hidden_rows_never_eat_the_cap(engine):
     # Caps apply after the read filter: ten hidden DEPENDS_ON targets with the smallest ids do
     # not push the readable ones out, and the answer and flag equal those of a graph without them.
-    async def build(hidden: bool) -> str:
-        w = World().entity("hub")
-        other = f"user_other_{w.org}"
-        w.records.append(
-            {"kind": "user", "id": other, "org": w.org, "handle": "o", "role": "member"}
-        )
-        for i in range(10):
-            if hidden:
-                w.entity(f"a{i}", scope="private", owner=other).edge("hub", "DEPENDS_ON", f"a{i}")
-        for i in range(6):
-            w.entity(f"r{i}").edge("hub", "DEPENDS_ON", f"r{i}")
-        return await w.load(engine)
-
     answers = []
     for hidden in (True, False):
-        key = await build(hidden)
+        key = await _hub_world(
+            engine,
+            visible=[(f"r{i}", "DEPENDS_ON") for i in range(6)],
+            hidden=[(f"a{i}", "DEPENDS_ON") for i in range(10 if hidden else 0)],
+        )
         resp = await _expand(engine, key, TINY, entity_ids=["hub"], limit=2)
         answers.append((_rows(resp), resp.filters["frontier_capped"], resp.truncated))
     assert answers[0] == answers[1]
@@ -306,16 +313,11 @@ async def test_hidden_edges_that_make_a_node_a_hub_change_nothing_a_reader_sees(
     # frontier_capped flipped from false to true for a reader who cannot see those memories. The
     # reader must see exactly what it sees without them, at every limit and depth.
     async def build(hidden: int) -> str:
-        w = World().entity("hub")
-        other = f"user_other_{w.org}"
-        w.records.append(
-            {"kind": "user", "id": other, "org": w.org, "handle": "o", "role": "member"}
+        return await _hub_world(
+            engine,
+            visible=[(f"v{i}", "RELATED_TO") for i in range(4)],
+            hidden=[(f"p{i:02d}", "DECIDES") for i in range(hidden)],
         )
-        for i in range(4):
-            w.entity(f"v{i}").edge("hub", "RELATED_TO", f"v{i}")
-        for i in range(hidden):
-            w.entity(f"p{i:02d}", scope="private", owner=other).edge("hub", "DECIDES", f"p{i:02d}")
-        return await w.load(engine)
 
     def seen(resp: ExpandResponse) -> tuple[object, ...]:
         return (_rows(resp), resp.truncated, resp.total, resp.filters)
