@@ -356,3 +356,21 @@ async def test_a_write_never_queues_behind_a_refresh_waiting_for_a_long_write(en
         await w1.commit()
         await asyncio.wait_for(refresh, timeout=10)
     assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}
+
+
+async def test_a_word_no_counted_document_holds_does_not_empty_the_query(engine, client):
+    # A new-user trial (2026-11-30): with counts, a misspelt or unknown word weighs the most
+    # (df 0), so the scan for the rarest word looked for it alone and found nothing: "Langa
+    # xyzzyq" returned no result though "Langa" returns five. Such a word now goes last: the
+    # query finds what its other words find, and the unknown word still weighs in every score.
+    sfx, org = secrets.token_hex(3), "org_st_unheld_" + secrets.token_hex(4)
+    await import_dicts(engine, _world(org, sfx, stuffed=False))
+    await term_stats.refresh_orgs(engine, [org])
+    key = await make_key(engine, f"user_ann_{sfx}")
+    words, _ = await _weights(engine, key, "reefs xyzzyq")  # "reefs": in one body, no name
+    assert [w for w, _ in words] == ["reefs", "xyzzyq"]  # the unheld word last, though heavier
+    assert dict(words)["xyzzyq"] > dict(words)["reefs"]
+    alone = await _search(client, key, query="reefs")
+    typo = await _search(client, key, query="reefs xyzzyq")
+    assert [r["id"] for r in alone["results"]] == ["v_two"]
+    assert [r["id"] for r in typo["results"]] == ["v_two"]

@@ -36,8 +36,10 @@ identifiers, get that floor);
 **Words.** ``wordfreq.tokenize(text, "en")``: lower-cased words, punctuation dropped
 (``pyproject.toml`` stays one word, ``build-related`` gives ``build`` and ``related``). Each word
 once; those weighing under :data:`MIN_WEIGHT` are dropped (unless nothing else is left), and of
-the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order). The database
-stems each word with the ``english`` configuration and drops its stop words.
+the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with counts,
+a word no counted document holds goes after the others (it weighs the most yet a scan for it
+finds nothing, and the candidate scans look for the rarest words first). The database stems
+each word with the ``english`` configuration and drops its stop words.
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ def words(text: str, stats: Stats | None = None) -> list[tuple[str, float]]:
         else:
             seen[token] = 0.0
     order = {w: i for i, w in enumerate(seen)}
-    ranked = sorted(seen.items(), key=lambda kv: (-kv[1], order[kv[0]]))
+    # a word no counted document holds (a typo, a name new since the refresh) weighs the most,
+    # yet a scan for it finds nothing: it goes last, so the rarest words that exist are the ones
+    # the scans look for (one misspelt word emptied a whole query; a new-user trial, 2026-11-30)
+    unheld = {w for w in seen if stats is not None and stats.df.get(w) == 0}
+    ranked = sorted(seen.items(), key=lambda kv: (kv[0] in unheld, -kv[1], order[kv[0]]))
     kept = [kv for kv in ranked if kv[1] >= MIN_WEIGHT] or ranked[:1]
     return kept[:MAX_WORDS]
