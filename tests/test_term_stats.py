@@ -234,6 +234,61 @@ async def test_a_write_to_a_counted_row_retires_its_audience_until_a_refresh(eng
     )
     assert r.status_code in (200, 201), r.text
     assert await _fresh(engine, t.org) == every
+    # ... and, being in none of the counts, it retires nothing when edited or deleted (a
+    # new-user trial: every such write sent its project's readers to the fallback weights)
+    await patch(ann, "n9", content="A new body for a memory no count holds.")
+    await patch(ann, "n9", name="Renamed")
+    assert await _fresh(engine, t.org) == every
+    r = await call(client, "DELETE", "/api/entities/n9", ann)
+    assert r.status_code == 204, r.text
+    assert await _fresh(engine, t.org) == every
+    # while a memory the count holds still retires its audience, edited or deleted
+    await patch(ann, "n1", content="Counted, so its audience goes stale.")
+    assert await _fresh(engine, t.org) == {**every, "p1": False}
+
+
+async def test_a_memory_made_during_a_refresh_retires_its_audience_if_the_count_may_hold_it(
+    engine,
+):
+    """The refresh's own count may hold a memory created after the previous count: while the
+    audience is armed, any write retires it (disarms it); once stamped, a memory created before
+    the count was taken retires it, one created after does not."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+
+    async def create(id_: str) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO entities (org_id, id, type, name, content, project_id, scope,"
+                    " owner_id, lifecycle, metadata, revision)"
+                    " SELECT org_id, :id, type, 'New', 'New words.', project_id, scope,"
+                    " owner_id, lifecycle, metadata, 1"
+                    " FROM entities WHERE org_id = :o AND id = 'n1'"
+                ),
+                {"o": t.org, "id": id_},
+            )
+
+    async def retire(id_: str) -> None:
+        async with engine.begin() as conn:
+            await term_stats.retire(conn, org_id=t.org, audiences=["p1"], entity_id=id_)
+
+    await create("late1")
+    async with engine.connect() as refreshing:
+        token = await term_stats.arm(refreshing, org_id=t.org)
+        counted_at = await term_stats.count(refreshing, org_id=t.org)  # holds late1
+        await retire("late1")  # armed: disarmed, whatever the previous count held
+        await term_stats.stamp(refreshing, org_id=t.org, token=token, counted_at=counted_at)
+    assert (await _fresh(engine, t.org))["p1"] is False
+    await term_stats.refresh_orgs(engine, [t.org])  # counts late1
+    await retire("late1")  # created before that count: retires
+    assert (await _fresh(engine, t.org))["p1"] is False
+    await term_stats.refresh_orgs(engine, [t.org])
+    await create("late2")  # after the count: in none of its counts
+    await retire("late2")
+    assert (await _fresh(engine, t.org))["p1"] is True
+    await retire("gone")  # a memory no longer stored: retires (nothing says it was not counted)
+    assert (await _fresh(engine, t.org))["p1"] is False
 
 
 async def test_a_write_during_a_refresh_is_not_held_back_and_keeps_its_audience_stale(engine):

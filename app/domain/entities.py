@@ -267,7 +267,11 @@ async def delete_entity(
         raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")
     await write_rules.retire_communities(conn, org_id=reader.org_id, ids=[target.id])
     await write_rules.retire_term_stats(
-        conn, org_id=reader.org_id, scope=target.scope, project_id=target.project_id
+        conn,
+        org_id=reader.org_id,
+        entity_id=target.id,
+        scope=target.scope,
+        project_id=target.project_id,
     )
     await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id)
 

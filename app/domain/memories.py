@@ -267,7 +267,11 @@ async def save_entity(
     counted = (stored.name, stored.content, stored.scope, stored.project_id)
     if body_changed or counted != (data.name, data.content, data.scope, data.project_id):
         await write_rules.retire_term_stats(
-            conn, org_id=org_id, scope=stored.scope, project_id=stored.project_id
+            conn,
+            org_id=org_id,
+            entity_id=data.id,
+            scope=stored.scope,
+            project_id=stored.project_id,
         )
     if body_changed:
         await _write_cut(conn, org_id=org_id, data=data, revision=revision, projection=projection)

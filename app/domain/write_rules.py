@@ -129,13 +129,17 @@ async def retire_moved_communities(
 
 
 async def retire_term_stats(
-    conn: AsyncConnection, *, org_id: str, scope: str, project_id: str | None
+    conn: AsyncConnection, *, org_id: str, entity_id: str, scope: str, project_id: str | None
 ) -> None:
-    """Mark not fresh the word statistics of the audience a memory of ``scope`` and
-    ``project_id`` was counted in (none for a private memory), in the transaction of the write
-    that changed or removed it."""
+    """Mark not fresh the word statistics of the audience the memory ``entity_id`` of ``scope``
+    and ``project_id`` may have been counted in (none for a private memory), in the transaction
+    of the write that changes or removes it (before a delete: the row is read): an audience
+    whose count was taken before the memory was created keeps its counts."""
     await term_stats.retire(
-        conn, org_id=org_id, audiences=term_stats.audiences_of(scope, project_id)
+        conn,
+        org_id=org_id,
+        audiences=term_stats.audiences_of(scope, project_id),
+        entity_id=entity_id,
     )
 
 

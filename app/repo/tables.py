@@ -389,6 +389,9 @@ class TermAudience(Base):
     # audience, replaced by a later refresh's arming: only an audience still armed by the same
     # refresh when its count ends is stamped fresh (migration 0006)
     armed_by: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # a time at or after the snapshot its counts were taken from: a memory created later is in
+    # none of them, and editing or deleting it does not retire the audience (migration 0007)
+    counted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 
 

@@ -36,6 +36,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -138,11 +139,15 @@ WHERE c.audience = ANY(CAST(:audiences AS text[]))
 ORDER BY c.lexeme, c.audience  -- a lexeme's rows on few pages: its lookup reads few buffers"""
 )
 
+COUNTED_AT_SQL = text(
+    """/* sibyl:term_stats.counted_at */ SELECT clock_timestamp() AS counted_at"""
+)
+
 STAMP_AUDIENCES_SQL = text(
     """/* sibyl:term_stats.stamp_audiences */
 UPDATE term_audiences s
 SET documents = c.documents, lengths = c.lengths, fresh = true, armed_by = NULL,
-    refreshed_at = now()
+    refreshed_at = now(), counted_at = :counted_at
 FROM counted_audiences c
 WHERE s.org_id = :org_id AND s.audience = c.audience
   AND s.audience = ANY(CAST(:audiences AS text[]))
@@ -177,11 +182,20 @@ RETIRE_LOCK_SQL = text(
 SELECT pg_advisory_xact_lock_shared({_LOCK})"""
 )
 
+# Retires an armed audience always (its refresh's count may hold the row), a fresh one unless
+# the written memory (:entity_id, still stored) was created after its count was taken: such a
+# memory is in none of its counts (a new-user trial: editing or deleting a memory made since
+# the refresh sent every reader of its project to the fallback weights).
 RETIRE_SQL = text(
     """/* sibyl:term_stats.retire */
 UPDATE term_audiences SET fresh = false, armed_by = NULL
 WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[]))
-  AND (fresh OR armed_by IS NOT NULL)"""
+  AND (armed_by IS NOT NULL
+       OR (fresh AND (counted_at IS NULL OR CAST(:entity_id AS text) IS NULL
+                      OR counted_at >= coalesce(
+                           (SELECT e.created_at FROM entities e
+                            WHERE e.org_id = :org_id AND e.id = :entity_id),
+                           CAST('-infinity' AS timestamptz)))))"""
 )
 
 # The audiences the bound reader reads: its readable projects, and '*' unless its key is
@@ -246,8 +260,8 @@ async def refresh(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
     audiences it arms (the earlier one then stamps none of them)."""
     try:
         token = await arm(conn, org_id=org_id)
-        await count(conn, org_id=org_id)
-        return await stamp(conn, org_id=org_id, token=token)
+        counted_at = await count(conn, org_id=org_id)
+        return await stamp(conn, org_id=org_id, token=token, counted_at=counted_at)
     finally:
         if not conn.in_transaction():
             async with conn.begin():
@@ -274,24 +288,32 @@ async def arm(conn: AsyncConnection, *, org_id: str) -> str:
     return token
 
 
-async def count(conn: AsyncConnection, *, org_id: str) -> None:
+async def count(conn: AsyncConnection, *, org_id: str) -> datetime:
     """Refresh, step 2 (one repeatable-read transaction, no lock): count the org's documents
-    and lexemes by audience into this session's temporary tables."""
+    and lexemes by audience into this session's temporary tables. Returns a time at or after
+    the transaction's snapshot (read after its first query): a memory created later is in none
+    of the counts."""
     p = {"org_id": org_id}
     async with conn.begin():
         await conn.execute(COUNT_SNAPSHOT_SQL)
         await conn.execute(REFRESH_SETTINGS_SQL)
         await conn.execute(DROP_COUNTED_SQL)
         await conn.execute(COUNT_AUDIENCES_SQL, p)
+        counted_at: datetime = (await conn.execute(COUNTED_AT_SQL)).scalar_one()
         await conn.execute(COUNT_LEXEMES_SQL, p)
+    return counted_at
 
 
-async def stamp(conn: AsyncConnection, *, org_id: str, token: str) -> tuple[int, int]:
+async def stamp(
+    conn: AsyncConnection, *, org_id: str, token: str, counted_at: datetime | None = None
+) -> tuple[int, int]:
     """Refresh, step 3 (one short transaction): the audiences still armed by ``token`` (no
     write retired them and no later refresh took them over since the arming; a row a write is
     disarming is skipped, never waited for) take the counts and ``fresh``; an armed audience
     with no document left loses its row; an audience counted that had no row at the arming gets
-    one, not fresh. Returns (audiences stamped fresh, their documents)."""
+    one, not fresh. ``counted_at``: what :func:`count` returned (None: unknown; every write
+    into a stamped audience then retires it). Returns (audiences stamped fresh, their
+    documents)."""
     p = {"org_id": org_id}
     async with conn.begin():
         await conn.execute(REFRESH_SETTINGS_SQL)
@@ -300,7 +322,10 @@ async def stamp(conn: AsyncConnection, *, org_id: str, token: str) -> tuple[int,
         await conn.execute(STAMP_CLEAR_SQL, q)
         await conn.execute(STAMP_GONE_SQL, q)
         await conn.execute(STAMP_LEXEMES_SQL, q)
-        documents = [r.documents for r in await conn.execute(STAMP_AUDIENCES_SQL, q)]
+        documents = [
+            r.documents
+            for r in await conn.execute(STAMP_AUDIENCES_SQL, {**q, "counted_at": counted_at})
+        ]
         await conn.execute(STAMP_NEW_SQL, p)
         await conn.execute(DROP_COUNTED_SQL)
     return len(documents), sum(documents)
@@ -344,11 +369,19 @@ def audiences_of(scope: str, project_id: str | None) -> list[str]:
     return []
 
 
-async def retire(conn: AsyncConnection, *, org_id: str, audiences: Sequence[str]) -> None:
+async def retire(
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    audiences: Sequence[str],
+    entity_id: str | None = None,
+) -> None:
     """Mark ``audiences`` of ``org_id`` not fresh (same transaction as the write that changed a
-    row they count)."""
+    row they count): an armed one always; a fresh one unless ``entity_id`` (the written memory,
+    still stored) was created after its count was taken (in none of its counts). Without
+    ``entity_id``, every one."""
     if audiences:
-        p = {"org_id": org_id, "audiences": sorted(set(audiences))}
+        p = {"org_id": org_id, "audiences": sorted(set(audiences)), "entity_id": entity_id}
         await conn.execute(RETIRE_LOCK_SQL, p)
         await conn.execute(RETIRE_SQL, p)
 
