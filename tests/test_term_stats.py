@@ -251,8 +251,8 @@ async def test_a_memory_made_during_a_refresh_retires_its_audience_if_the_count_
     engine,
 ):
     """The refresh's own count may hold a memory created after the previous count: while the
-    audience is armed, any write retires it (disarms it); once stamped, a memory created before
-    the count was taken retires it, one created after does not."""
+    audience is armed, any write retires it (disarms it); once stamped, a memory whose creating
+    transaction the count's snapshot saw retires it, one created later does not."""
     t = await Team().load(engine)
     await term_stats.refresh_orgs(engine, [t.org])
 
@@ -276,15 +276,27 @@ async def test_a_memory_made_during_a_refresh_retires_its_audience_if_the_count_
     await create("late1")
     async with engine.connect() as refreshing:
         token = await term_stats.arm(refreshing, org_id=t.org)
-        counted_at = await term_stats.count(refreshing, org_id=t.org)  # holds late1
+        snapshot = await term_stats.count(refreshing, org_id=t.org)  # holds late1
         await retire("late1")  # armed: disarmed, whatever the previous count held
-        await term_stats.stamp(refreshing, org_id=t.org, token=token, counted_at=counted_at)
+        await term_stats.stamp(refreshing, org_id=t.org, token=token, snapshot=snapshot)
     assert (await _fresh(engine, t.org))["p1"] is False
     await term_stats.refresh_orgs(engine, [t.org])  # counts late1
     await retire("late1")  # created before that count: retires
     assert (await _fresh(engine, t.org))["p1"] is False
     await term_stats.refresh_orgs(engine, [t.org])
     await create("late2")  # after the count: in none of its counts
+    await retire("late2")
+    assert (await _fresh(engine, t.org))["p1"] is True
+    # what decides is the count's snapshot, not a clock: a memory created later whose
+    # created_at says otherwise (a clock stepped back, a loader writing it) still retires nothing,
+    # and one the count saw retires whatever its created_at says
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE entities SET created_at = '2001-01-01' WHERE org_id = :o AND id = 'late2'"
+            ),
+            {"o": t.org},
+        )
     await retire("late2")
     assert (await _fresh(engine, t.org))["p1"] is True
     await retire("gone")  # a memory no longer stored: retires (nothing says it was not counted)

@@ -27,7 +27,9 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql.base import ischema_names
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import UserDefinedType
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -38,6 +40,32 @@ NAMING_CONVENTION = {
 }
 
 Id = Text(collation="C")
+
+
+class PgSnapshot(UserDefinedType[str]):
+    """PostgreSQL's ``pg_snapshot`` (read and written as its text form)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        """The type's name in DDL."""
+        return "pg_snapshot"
+
+
+class Xid8(UserDefinedType[str]):
+    """PostgreSQL's ``xid8``, a 64-bit transaction id (read and written as its text form)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        """The type's name in DDL."""
+        return "xid8"
+
+
+# reflected as themselves (the migrations' model check compares the database with these models)
+ischema_names["pg_snapshot"] = PgSnapshot
+ischema_names["xid8"] = Xid8
+
 
 # Full-text documents of search (contract §8; migration 0003 says why they are built this way).
 ENTITY_SEARCH_TSV = (
@@ -174,6 +202,11 @@ class Entity(Base):
     passages_lossless: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default="false")
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+    # the transaction that created it: the search statistics tell from it whether a count could
+    # see the memory (term_audiences.counted_snapshot; NULL before migration 0007)
+    created_xid: Mapped[str | None] = mapped_column(
+        Xid8, nullable=True, server_default=text("pg_current_xact_id()")
+    )
     search_tsv: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(ENTITY_SEARCH_TSV, persisted=True), nullable=True
     )
@@ -389,9 +422,9 @@ class TermAudience(Base):
     # audience, replaced by a later refresh's arming: only an audience still armed by the same
     # refresh when its count ends is stamped fresh (migration 0006)
     armed_by: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # a time at or after the snapshot its counts were taken from: a memory created later is in
-    # none of them, and editing or deleting it does not retire the audience (migration 0007)
-    counted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # the snapshot its counts were taken in: a memory whose creating transaction it does not
+    # see is in none of them, and editing or deleting it does not retire the audience (0007)
+    counted_snapshot: Mapped[str | None] = mapped_column(PgSnapshot, nullable=True)
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 
 

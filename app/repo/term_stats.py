@@ -36,7 +36,6 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -139,15 +138,17 @@ WHERE c.audience = ANY(CAST(:audiences AS text[]))
 ORDER BY c.lexeme, c.audience  -- a lexeme's rows on few pages: its lookup reads few buffers"""
 )
 
-COUNTED_AT_SQL = text(
-    """/* sibyl:term_stats.counted_at */ SELECT clock_timestamp() AS counted_at"""
+# The counting transaction's snapshot (repeatable read: the one every count statement uses).
+COUNTED_SNAPSHOT_SQL = text(
+    """/* sibyl:term_stats.counted_snapshot */
+SELECT CAST(pg_current_snapshot() AS text) AS snapshot"""
 )
 
 STAMP_AUDIENCES_SQL = text(
     """/* sibyl:term_stats.stamp_audiences */
 UPDATE term_audiences s
 SET documents = c.documents, lengths = c.lengths, fresh = true, armed_by = NULL,
-    refreshed_at = now(), counted_at = :counted_at
+    refreshed_at = now(), counted_snapshot = CAST(CAST(:snapshot AS text) AS pg_snapshot)
 FROM counted_audiences c
 WHERE s.org_id = :org_id AND s.audience = c.audience
   AND s.audience = ANY(CAST(:audiences AS text[]))
@@ -183,19 +184,21 @@ SELECT pg_advisory_xact_lock_shared({_LOCK})"""
 )
 
 # Retires an armed audience always (its refresh's count may hold the row), a fresh one unless
-# the written memory (:entity_id, still stored) was created after its count was taken: such a
-# memory is in none of its counts (a new-user trial: editing or deleting a memory made since
-# the refresh sent every reader of its project to the fallback weights).
+# the written memory (:entity_id, still stored) was created by a transaction its count's
+# snapshot does not see: such a memory is in none of its counts (a new-user trial: editing or
+# deleting a memory made since the refresh sent every reader of its project to the fallback
+# weights). Transaction ids, not clocks: a clock that steps back could make a counted memory
+# look new (an adversarial review).
 RETIRE_SQL = text(
     """/* sibyl:term_stats.retire */
-UPDATE term_audiences SET fresh = false, armed_by = NULL
-WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[]))
-  AND (armed_by IS NOT NULL
-       OR (fresh AND (counted_at IS NULL OR CAST(:entity_id AS text) IS NULL
-                      OR counted_at >= coalesce(
-                           (SELECT e.created_at FROM entities e
-                            WHERE e.org_id = :org_id AND e.id = :entity_id),
-                           CAST('-infinity' AS timestamptz)))))"""
+UPDATE term_audiences s SET fresh = false, armed_by = NULL
+WHERE s.org_id = :org_id AND s.audience = ANY(CAST(:audiences AS text[]))
+  AND (s.armed_by IS NOT NULL
+       OR (s.fresh AND NOT coalesce(
+             (SELECT NOT pg_visible_in_snapshot(e.created_xid, s.counted_snapshot)
+              FROM entities e
+              WHERE e.org_id = :org_id AND e.id = CAST(:entity_id AS text)),
+             false)))"""
 )
 
 # The audiences the bound reader reads: its readable projects, and '*' unless its key is
@@ -260,8 +263,8 @@ async def refresh(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
     audiences it arms (the earlier one then stamps none of them)."""
     try:
         token = await arm(conn, org_id=org_id)
-        counted_at = await count(conn, org_id=org_id)
-        return await stamp(conn, org_id=org_id, token=token, counted_at=counted_at)
+        snapshot = await count(conn, org_id=org_id)
+        return await stamp(conn, org_id=org_id, token=token, snapshot=snapshot)
     finally:
         if not conn.in_transaction():
             async with conn.begin():
@@ -288,30 +291,30 @@ async def arm(conn: AsyncConnection, *, org_id: str) -> str:
     return token
 
 
-async def count(conn: AsyncConnection, *, org_id: str) -> datetime:
+async def count(conn: AsyncConnection, *, org_id: str) -> str:
     """Refresh, step 2 (one repeatable-read transaction, no lock): count the org's documents
-    and lexemes by audience into this session's temporary tables. Returns a time at or after
-    the transaction's snapshot (read after its first query): a memory created later is in none
-    of the counts."""
+    and lexemes by audience into this session's temporary tables. Returns the transaction's
+    snapshot (``pg_snapshot`` as text, read after its first query): a memory whose creating
+    transaction it does not see is in none of the counts."""
     p = {"org_id": org_id}
     async with conn.begin():
         await conn.execute(COUNT_SNAPSHOT_SQL)
         await conn.execute(REFRESH_SETTINGS_SQL)
         await conn.execute(DROP_COUNTED_SQL)
         await conn.execute(COUNT_AUDIENCES_SQL, p)
-        counted_at: datetime = (await conn.execute(COUNTED_AT_SQL)).scalar_one()
+        snapshot: str = (await conn.execute(COUNTED_SNAPSHOT_SQL)).scalar_one()
         await conn.execute(COUNT_LEXEMES_SQL, p)
-    return counted_at
+    return snapshot
 
 
 async def stamp(
-    conn: AsyncConnection, *, org_id: str, token: str, counted_at: datetime | None = None
+    conn: AsyncConnection, *, org_id: str, token: str, snapshot: str | None = None
 ) -> tuple[int, int]:
     """Refresh, step 3 (one short transaction): the audiences still armed by ``token`` (no
     write retired them and no later refresh took them over since the arming; a row a write is
     disarming is skipped, never waited for) take the counts and ``fresh``; an armed audience
     with no document left loses its row; an audience counted that had no row at the arming gets
-    one, not fresh. ``counted_at``: what :func:`count` returned (None: unknown; every write
+    one, not fresh. ``snapshot``: what :func:`count` returned (None: unknown; every write
     into a stamped audience then retires it). Returns (audiences stamped fresh, their
     documents)."""
     p = {"org_id": org_id}
@@ -324,7 +327,7 @@ async def stamp(
         await conn.execute(STAMP_LEXEMES_SQL, q)
         documents = [
             r.documents
-            for r in await conn.execute(STAMP_AUDIENCES_SQL, {**q, "counted_at": counted_at})
+            for r in await conn.execute(STAMP_AUDIENCES_SQL, {**q, "snapshot": snapshot})
         ]
         await conn.execute(STAMP_NEW_SQL, p)
         await conn.execute(DROP_COUNTED_SQL)
@@ -378,8 +381,8 @@ async def retire(
 ) -> None:
     """Mark ``audiences`` of ``org_id`` not fresh (same transaction as the write that changed a
     row they count): an armed one always; a fresh one unless ``entity_id`` (the written memory,
-    still stored) was created after its count was taken (in none of its counts). Without
-    ``entity_id``, every one."""
+    still stored) was created by a transaction its count's snapshot does not see (in none of its
+    counts). Without ``entity_id`` (or when either side is unknown), every one."""
     if audiences:
         p = {"org_id": org_id, "audiences": sorted(set(audiences)), "entity_id": entity_id}
         await conn.execute(RETIRE_LOCK_SQL, p)
