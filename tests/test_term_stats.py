@@ -441,3 +441,38 @@ async def test_a_word_no_counted_document_holds_does_not_empty_the_query(engine,
     typo = await _search(client, key, query="reefs xyzzyq")
     assert [r["id"] for r in alone["results"]] == ["v_two"]
     assert [r["id"] for r in typo["results"]] == ["v_two"]
+
+
+async def test_a_created_xid_from_another_cluster_never_keeps_a_deleted_memory_counted(engine):
+    # A dump restored into another cluster carries the old cluster's transaction ids, which may
+    # lie ahead of every snapshot of the new one (an adversarial review): such a memory looks
+    # unseen by every count, yet every count holds it. The count checks its own snapshot sees
+    # the created_xid of each memory it counts; where one is not seen, the audience keeps no
+    # snapshot, and deleting that memory retires it.
+    t = await Team().load(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE entities SET created_xid = '4000000000' WHERE org_id = :o AND id = 'n1'"),
+            {"o": t.org},
+        )
+    await term_stats.refresh_orgs(engine, [t.org])
+    assert (await _fresh(engine, t.org))["p1"] is True
+    async with engine.connect() as conn:
+        kept = dict(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT audience, counted_snapshot IS NOT NULL FROM term_audiences"
+                        " WHERE org_id = :o"
+                    ),
+                    {"o": t.org},
+                )
+            ).all()
+        )
+    assert kept == {"p1": False, "p2": True, "p3": True, "*": True}  # only p1 lost its own
+    async with engine.begin() as conn:
+        await term_stats.retire(conn, org_id=t.org, audiences=["p1"], entity_id="n1")
+    assert (await _fresh(engine, t.org))["p1"] is False
+    async with engine.begin() as conn:  # a memory not stored: retired all the same
+        await term_stats.retire(conn, org_id=t.org, audiences=["p2"], entity_id="no_such")
+    assert (await _fresh(engine, t.org))["p2"] is False

@@ -203,7 +203,7 @@ class Entity(Base):
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     # the transaction that created it: the search statistics tell from it whether a count could
-    # see the memory (term_audiences.counted_snapshot; NULL before migration 0007)
+    # see the memory (term_audiences.counted_snapshot; NULL before migration 0008)
     created_xid: Mapped[str | None] = mapped_column(
         Xid8, nullable=True, server_default=text("pg_current_xact_id()")
     )
@@ -423,7 +423,7 @@ class TermAudience(Base):
     # refresh when its count ends is stamped fresh (migration 0006)
     armed_by: Mapped[str | None] = mapped_column(Text, nullable=True)
     # the snapshot its counts were taken in: a memory whose creating transaction it does not
-    # see is in none of them, and editing or deleting it does not retire the audience (0007)
+    # see is in none of them, and editing or deleting it does not retire the audience (0008)
     counted_snapshot: Mapped[str | None] = mapped_column(PgSnapshot, nullable=True)
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 

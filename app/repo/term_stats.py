@@ -45,15 +45,20 @@ ORG_AUDIENCE = "*"
 
 _LOCK = "hashtext('sibyl:term_stats:' || CAST(:org_id AS text))"
 
-# Every search document of the org that belongs to an audience, with that audience.
+# Every search document of the org that belongs to an audience, with that audience; and for a
+# memory whether the count's own snapshot sees the transaction its created_xid names (always,
+# unless the value came from another cluster: a dump restored elsewhere carries the old
+# cluster's ids, which may lie ahead of every snapshot here; an adversarial review).
 _DOCUMENTS = f"""documents AS (
     SELECT CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END AS audience,
-           e.search_tsv AS tsv
+           e.search_tsv AS tsv,
+           coalesce(pg_visible_in_snapshot(e.created_xid, pg_current_snapshot()), true)
+             AS xid_seen
     FROM entities e
     WHERE e.org_id = :org_id AND e.scope IN ('project', 'org')
   UNION ALL
     SELECT CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END,
-           p.search_tsv
+           p.search_tsv, true
     FROM passages p
     JOIN entities e ON e.org_id = p.org_id AND e.id = p.parent_id
                    AND p.parent_revision = e.revision
@@ -101,7 +106,8 @@ COUNT_AUDIENCES_SQL = text(
     f"""/* sibyl:term_stats.count_audiences */
 CREATE TEMPORARY TABLE counted_audiences ON COMMIT PRESERVE ROWS AS
 WITH {_DOCUMENTS}
-SELECT d.audience, count(*) AS documents, coalesce(sum(length(d.tsv)), 0) AS lengths
+SELECT d.audience, count(*) AS documents, coalesce(sum(length(d.tsv)), 0) AS lengths,
+       bool_and(d.xid_seen) AS xids_seen  -- false: its snapshot cannot tell new rows apart
 FROM documents d
 GROUP BY d.audience"""
 )
@@ -148,7 +154,9 @@ STAMP_AUDIENCES_SQL = text(
     """/* sibyl:term_stats.stamp_audiences */
 UPDATE term_audiences s
 SET documents = c.documents, lengths = c.lengths, fresh = true, armed_by = NULL,
-    refreshed_at = now(), counted_snapshot = CAST(CAST(:snapshot AS text) AS pg_snapshot)
+    refreshed_at = now(),
+    counted_snapshot = CASE WHEN c.xids_seen THEN CAST(CAST(:snapshot AS text) AS pg_snapshot)
+                       END  -- NULL: every write into it retires it
 FROM counted_audiences c
 WHERE s.org_id = :org_id AND s.audience = c.audience
   AND s.audience = ANY(CAST(:audiences AS text[]))
