@@ -61,7 +61,7 @@ def _auth(key: str) -> dict[str, str]:
 BODIES = {
     "expand": {"entity_ids": ["alpha", "gamma"], "depth": 3, "types": ["note", "document"]},
     "slice": {"entity_id": "doc", "window": 2},
-    "search": {"query": "words"},
+    "search": {"query": "words zqxjunk"},  # an unknown word: the fallback probes it too
 }
 ROUTES = {"expand": "/api/search/expand", "slice": "/api/search/slice", "search": "/api/search"}
 

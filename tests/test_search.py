@@ -684,3 +684,37 @@ async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt
     got = await _search(client, key, query="wombat eucalyptus", content_max_chars=0)
     for r in got["results"]:
         assert r["metadata"]["focus"]["excerpt"] == ""
+
+
+async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(engine, client):
+    """Without counts (the fallback weights), a word the English table does not know weighs as
+    the rarest, so the candidate scans looked for it alone: "Langa xyzzyq" found nothing where
+    "Langa" finds five (a new-user trial, with an audience stale after one edit). Such a word
+    that no row the reader reads holds now goes last; one a hidden row holds counts as unheld
+    all the same (the reader sees what it would see without that row), and an unknown word that
+    readable rows hold (an identifier) still leads."""
+    sfx, org = secrets.token_hex(3), "org_unheld_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member", "bob": "member"}),
+        _ent(org, sfx, "d_reefs", "Coral", "Coral reefs grow in warm water."),
+        _ent(org, sfx, "d_ident", "Config", "Set zqxtoken to enable reefs monitoring."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+
+    async def ids(query: str) -> list[str]:
+        got = await _search(client, key, query=query)
+        assert got["filters"]["word_weights"] == "fallback"  # never counted here
+        return [r["id"] for r in got["results"]]
+
+    alone = await ids("reefs")
+    assert sorted(alone) == ["d_ident", "d_reefs"]
+    assert await ids("reefs xyzzyq") == alone  # the unknown word found nothing: last
+    assert await ids("xyzzyq") == []
+    assert (await ids("zqxtoken reefs"))[:1] == ["d_ident"]  # a held unknown word still leads
+    # a private memory of bob holding the unknown word changes nothing ann sees
+    await import_dicts(
+        engine,
+        [_ent(org, sfx, "h_bob", "Hidden", "xyzzyq reefs xyzzyq", scope="private", owner="bob")],
+    )
+    assert await ids("reefs xyzzyq") == alone

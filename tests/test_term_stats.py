@@ -441,6 +441,7 @@ async def test_a_word_no_counted_document_holds_does_not_empty_the_query(engine,
     typo = await _search(client, key, query="reefs xyzzyq")
     assert [r["id"] for r in alone["results"]] == ["v_two"]
     assert [r["id"] for r in typo["results"]] == ["v_two"]
+    assert typo["filters"]["word_weights"] == "counts"  # the response says which weights
 
 
 async def test_a_created_xid_from_another_cluster_never_keeps_a_deleted_memory_counted(engine):

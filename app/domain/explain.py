@@ -39,9 +39,10 @@ HIDDEN = ADMIN_HIDDEN
 # expand: sibyl:expand_neighbors.seeds, sibyl:expand_neighbors (skipped when no seed resolves);
 # slice: sibyl:fetch_slice.target, sibyl:fetch_slice.window (skipped for a 404 or an uncut memory);
 # search: sibyl:search.weights (the reader's word statistics, issue 12; skipped for a query with
-# no word), sibyl:search.candidates, sibyl:search.hits, sibyl:search.focus (both skipped for an
-# empty page).
-STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 4}
+# no word), sibyl:search.unheld_words (only with the fallback weights and a word the English
+# table does not know), sibyl:search.candidates, sibyl:search.focus (the best memories' spans;
+# skipped when nothing matched), sibyl:search.hits (skipped for an empty page).
+STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 5}
 
 
 @dataclass(frozen=True)

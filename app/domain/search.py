@@ -278,8 +278,12 @@ async def weigh_all(
         else None
     )
     if stats is None:
-        return [(terms.words(text), search_repo.Scoring()) for text in texts]
-    scoring = search_repo.Scoring(avg_length=stats.avg_length)
+        # the fallback table weighs a word it does not know (an identifier, or a typo) as the
+        # rarest: one no readable row holds goes last, or the scans would look for it alone
+        unknown = [t for t in tokens if terms.unknown(t)]
+        unheld = await search_repo.unheld_words(conn, reader_params=reader.params(), words=unknown)
+        return [(terms.words(text, unheld=unheld), search_repo.Scoring()) for text in texts]
+    scoring = search_repo.Scoring(avg_length=stats.avg_length, counted=True)
     return [(terms.words(text, stats), scoring) for text in texts]
 
 
@@ -472,6 +476,9 @@ async def search(
         "rrf_k": policy.RRF_K,
         "candidate_cap": s.search_candidate_cap,
         "candidates_capped": capped,
+        # which weights the words had: the reader's audience counts, or the fixed English
+        # frequencies (never counted, or an audience stale since a write: docs/search.md)
+        "word_weights": "counts" if scoring.counted else "fallback",
         "scan_words": {
             "names": SCAN.names,
             "breadcrumbs": SCAN.breadcrumbs,

@@ -38,13 +38,16 @@ identifiers, get that floor);
 once; those weighing under :data:`MIN_WEIGHT` are dropped (unless nothing else is left), and of
 the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with counts,
 a word no counted document holds goes after the others (it weighs the most yet a scan for it
-finds nothing, and the candidate scans look for the rarest words first). The database stems
+finds nothing, and the candidate scans look for the rarest words first); with the fallback, so
+does a word the table does not know that no row the reader reads holds (one probe, only for such
+words: ``sibyl:search.unheld_words``). The database stems
 each word with the ``english`` configuration and drops its stop words.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 import wordfreq
 
@@ -89,11 +92,20 @@ def tokens(text: str) -> list[str]:
     return list(dict.fromkeys(wordfreq.tokenize(text, "en")))
 
 
-def words(text: str, stats: Stats | None = None) -> list[tuple[str, float]]:
+def unknown(word: str) -> bool:
+    """Whether the fixed English table does not know ``word`` (it then weighs as the rarest)."""
+    return wordfreq.word_frequency(word, "en") == 0
+
+
+def words(
+    text: str, stats: Stats | None = None, *, unheld: Collection[str] = ()
+) -> list[tuple[str, float]]:
     """The query's words with their weights, rarest first: at most :data:`MAX_WORDS`, each once;
     an empty list when ``text`` holds no word. Weights from ``stats`` (the reader's counts, which
     hold every word of ``text``: a word absent from them is a stop word, weight 0), else the
-    fallback :func:`weight`."""
+    fallback :func:`weight`. A word no document holds (``df`` 0 in ``stats``, or listed in
+    ``unheld``: with the fallback, what the caller found no readable row to hold) goes after the
+    others, whatever its weight: the candidate scans look for the first words."""
     seen: dict[str, float] = {}
     for token in tokens(text):
         if stats is None:
@@ -106,7 +118,7 @@ def words(text: str, stats: Stats | None = None) -> list[tuple[str, float]]:
     # a word no counted document holds (a typo, a name new since the refresh) weighs the most,
     # yet a scan for it finds nothing: it goes last, so the rarest words that exist are the ones
     # the scans look for (one misspelt word emptied a whole query; a new-user trial, 2026-11-30)
-    unheld = {w for w in seen if stats is not None and stats.df.get(w) == 0}
-    ranked = sorted(seen.items(), key=lambda kv: (kv[0] in unheld, -kv[1], order[kv[0]]))
+    last = set(unheld) | {w for w in seen if stats is not None and stats.df.get(w) == 0}
+    ranked = sorted(seen.items(), key=lambda kv: (kv[0] in last, -kv[1], order[kv[0]]))
     kept = [kv for kv in ranked if kv[1] >= MIN_WEIGHT] or ranked[:1]
     return kept[:MAX_WORDS]

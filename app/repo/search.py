@@ -328,6 +328,39 @@ class Hit:
     content_length: int
 
 
+# Which of the given words no row the bound reader reads holds (a memory's own document, or a
+# current passage's; the read rule on the memory, as every search statement): used only with
+# the fallback weights, for words the fixed English table does not know, so that a misspelt
+# word is not the one the candidate scans look for. One GIN probe per word and table, stopping
+# at the first readable match.
+UNHELD_WORDS_SQL = text(
+    f"""/* sibyl:search.unheld_words */
+SELECT w.word
+FROM unnest(CAST(:words AS text[])) AS w(word)
+WHERE numnode(plainto_tsquery('english', w.word)) > 0
+  AND NOT EXISTS (
+    SELECT 1 FROM entities t
+    WHERE t.org_id = :r_org AND t.search_tsv @@ plainto_tsquery('english', w.word)
+      AND {readable("t")})
+  AND NOT EXISTS (
+    SELECT 1 FROM passages p
+    CROSS JOIN LATERAL (SELECT t.* FROM entities t
+                        WHERE t.org_id = p.org_id AND t.id = p.parent_id LIMIT 1) t
+    WHERE p.org_id = :r_org AND p.search_tsv @@ plainto_tsquery('english', w.word)
+      AND p.parent_revision = t.revision AND {readable("t")})"""
+)
+
+
+async def unheld_words(
+    conn: AsyncConnection, *, reader_params: dict[str, object], words: list[str]
+) -> set[str]:
+    """The ``words`` no row the bound reader may read holds (:data:`UNHELD_WORDS_SQL`)."""
+    if not words:
+        return set()
+    rows = await conn.execute(UNHELD_WORDS_SQL, {**reader_params, "words": words})
+    return {r.word for r in rows}
+
+
 @dataclass(frozen=True)
 class Scoring:
     """The constants of the BM25 score: ``k1`` term-frequency saturation, ``b`` length
@@ -340,6 +373,9 @@ class Scoring:
     b: float = 0.75
     avg_length: float = 100.0
     field_boost: float = 3.0
+    counted: bool = False
+    """Whether the words were weighed from the reader's counts (else the fallback table):
+    echoed as ``filters.word_weights``."""
 
 
 @dataclass(frozen=True)
