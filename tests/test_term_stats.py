@@ -352,17 +352,24 @@ async def test_a_refresh_waits_for_a_write_that_retired_until_it_commits(engine)
         assert df.scalar() == 1  # the committed change is counted
 
 
+async def _team_with_n1(engine, assignment: str) -> Team:
+    """The team world with memory n1 changed by ``assignment`` (a fixed SQL ``SET`` clause of
+    the test), then counted."""
+    t = await Team().load(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(f"UPDATE entities SET {assignment} WHERE org_id = :o AND id = 'n1'"),
+            {"o": t.org},
+        )
+    await term_stats.refresh_orgs(engine, [t.org])
+    return t
+
+
 async def test_overlapping_refreshes_never_stamp_a_count_that_missed_a_write(engine):
     """Adversarial review, 2026-11-30: refresh A counts, a write makes n1 private (p1 retired),
     refresh B arms again; A's stamp must not stamp its pre-write count of p1 fresh. B's arming
     takes every audience over, so A stamps none; B counts after the write and stamps all."""
-    t = await Team().load(engine)
-    async with engine.begin() as c:
-        await c.execute(
-            text("UPDATE entities SET content = 'zebra' WHERE org_id = :o AND id = 'n1'"),
-            {"o": t.org},
-        )
-    await term_stats.refresh_orgs(engine, [t.org])
+    t = await _team_with_n1(engine, "content = 'zebra'")
     zebra = "SELECT coalesce(sum(df), 0) FROM term_stats WHERE org_id = :o AND lexeme = 'zebra'"
     async with engine.connect() as a, engine.connect() as b, engine.connect() as w:
         token_a = await term_stats.arm(a, org_id=t.org)
@@ -450,13 +457,7 @@ async def test_a_created_xid_from_another_cluster_never_keeps_a_deleted_memory_c
     # unseen by every count, yet every count holds it. The count checks its own snapshot sees
     # the created_xid of each memory it counts; where one is not seen, the audience keeps no
     # snapshot, and deleting that memory retires it.
-    t = await Team().load(engine)
-    async with engine.begin() as conn:
-        await conn.execute(
-            text("UPDATE entities SET created_xid = '4000000000' WHERE org_id = :o AND id = 'n1'"),
-            {"o": t.org},
-        )
-    await term_stats.refresh_orgs(engine, [t.org])
+    t = await _team_with_n1(engine, "created_xid = '4000000000'")
     assert (await _fresh(engine, t.org))["p1"] is True
     async with engine.connect() as conn:
         kept = dict(
