@@ -27,8 +27,10 @@ the request's filters (lifecycle, types, project) before it is capped or ranked:
 **Fusion.** Reciprocal rank fusion: score(d) = Σ over the lanes d is in of 1 / (k + rank(d)),
 k = 60 (:data:`app.domain.policy.RRF_K`); ties by id. Then a memory and its passages are folded
 into their best-scoring hit (one result per memory, so a long memory's spans cannot crowd a
-page), and the others are listed, best first, in that result's ``metadata.collapsed``. Paging
-(``offset``, ``limit``) runs over this folded list, so pages have no gaps and ``has_more`` counts
+page), and the others are listed, best first, in that result's ``metadata.collapsed``. The
+best :data:`~app.domain.policy.SEARCH_RERANK` (40) memories then have every current span scored
+and compete with their best span's score (:func:`rerank`; ``metadata.match.span_rank``). Paging
+(``offset``, ``limit``) runs over this list, so pages have no gaps and ``has_more`` counts
 nothing a reader cannot see.
 
 **Bounded cost, relevance first.** With ``cap`` = ``SIBYL_SEARCH_CANDIDATE_CAP`` (default
