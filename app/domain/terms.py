@@ -40,8 +40,8 @@ the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order)
 a word no counted document holds goes after the others (it weighs the most yet a scan for it
 finds nothing, and the candidate scans look for the rarest words first); with the fallback, so
 does a word the table does not know that no row the reader reads holds (one probe, only for such
-words: ``sibyl:search.unheld_words``). The database stems
-each word with the ``english`` configuration and drops its stop words.
+words: ``sibyl:search.unheld_words``). The database stems each word with the ``english``
+configuration and drops its stop words.
 """
 
 from __future__ import annotations
