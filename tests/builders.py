@@ -151,3 +151,43 @@ async def load_graph(engine: AsyncEngine, g: oracle.Graph) -> None:
                     for p in g.passages.values()
                 ],
             )
+
+
+def org_records(
+    org: str, sfx: str, users: dict[str, str], *, name: str = "Search", projects: bool = True
+) -> list[dict[str, Any]]:
+    """Import records of an org with ``users`` (handle → role, ids ``user_<handle>_<sfx>``) and,
+    unless told not to, two projects: ``p2`` (visible to the org) and ``p1`` (private)."""
+    out: list[dict[str, Any]] = [{"kind": "org", "id": org, "name": name}]
+    out += [
+        {"kind": "user", "id": f"user_{n}_{sfx}", "org": org, "handle": n, "role": r}
+        for n, r in users.items()
+    ]
+    if projects:
+        out += [
+            {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
+            {"kind": "project", "id": "p1", "org": org, "name": "Closed", "visibility": "private"},
+        ]
+    return out
+
+
+def memory_record(
+    org: str, sfx: str, id_: str, name: str, content: str, **extra: Any
+) -> dict[str, Any]:
+    """The import record of one memory: type ``decision``, scope ``project`` in ``p2``, owned by
+    ``user_ann_<sfx>``, unless ``extra`` says otherwise (``type``, ``scope``, ``project``,
+    ``owner`` as a handle; any other key is copied as is)."""
+    rec: dict[str, Any] = {
+        "kind": "entity",
+        "id": id_,
+        "org": org,
+        "type": extra.pop("type", "decision"),
+        "name": name,
+        "content": content,
+        "scope": extra.pop("scope", "project"),
+        "owner": f"user_{extra.pop('owner', 'ann')}_{sfx}",
+    }
+    if rec["scope"] != "org":
+        rec["project"] = extra.pop("project", "p2")
+    rec.update(extra)
+    return rec

@@ -17,35 +17,16 @@ from app.domain.schemas import SearchRequest
 from app.domain.search import search
 from app.mcp.server import build_mcp, fixed_key
 from app.repo.readers import reader_by_user
-from tests.builders import import_dicts, make_key
+from tests.builders import import_dicts, make_key, memory_record, org_records
 
 SECTION = " ".join(f"filler{i}" for i in range(170))  # ~1400 characters of unmatched words
 
 
 def _org(sfx: str, *, org: str, users: dict[str, str]) -> list[dict]:
-    out: list[dict] = [{"kind": "org", "id": org, "name": "Search"}]
-    out += [
-        {"kind": "user", "id": f"user_{n}_{sfx}", "org": org, "handle": n, "role": r}
-        for n, r in users.items()
-    ]
-    return out
+    return org_records(org, sfx, users, projects=False)
 
 
-def _ent(org: str, sfx: str, id_: str, name: str, content: str, **extra) -> dict:
-    rec = {
-        "kind": "entity",
-        "id": id_,
-        "org": org,
-        "type": extra.pop("type", "decision"),
-        "name": name,
-        "content": content,
-        "scope": extra.pop("scope", "project"),
-        "owner": f"user_{extra.pop('owner', 'ann')}_{sfx}",
-    }
-    if rec["scope"] != "org":
-        rec["project"] = extra.pop("project", "p2")
-    rec.update(extra)
-    return rec
+_ent = memory_record
 
 
 async def _post(client, key: str, body: dict, path: str = "/api/search"):
@@ -379,11 +360,7 @@ async def test_type_hints_on_the_pep_corpus(client, pep_corpus):
 
 
 def _open_org(sfx: str, org: str, users: dict[str, str]) -> list[dict]:
-    return [
-        *_org(sfx, org=org, users=users),
-        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
-        {"kind": "project", "id": "p1", "org": org, "name": "Closed", "visibility": "private"},
-    ]
+    return org_records(org, sfx, users)
 
 
 async def test_a_question_finds_memories_holding_some_of_its_words_rarest_first(engine, client):

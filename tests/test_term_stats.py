@@ -22,37 +22,16 @@ from app.domain import terms
 from app.domain.search import weigh
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
-from tests.builders import import_dicts, make_key
+from tests.builders import import_dicts, make_key, memory_record, org_records
 from tests.team import Team, call
 
 
 def _org(org: str, sfx: str, users: dict[str, str]) -> list[dict]:
-    out: list[dict] = [{"kind": "org", "id": org, "name": "Stats"}]
-    out += [
-        {"kind": "user", "id": f"user_{n}_{sfx}", "org": org, "handle": n, "role": r}
-        for n, r in users.items()
-    ]
-    out += [
-        {"kind": "project", "id": "p2", "org": org, "name": "Open", "visibility": "org"},
-        {"kind": "project", "id": "p1", "org": org, "name": "Closed", "visibility": "private"},
-    ]
-    return out
+    return org_records(org, sfx, users, name="Stats")
 
 
 def _ent(org: str, sfx: str, id_: str, name: str, content: str, **extra) -> dict:
-    rec = {
-        "kind": "entity",
-        "id": id_,
-        "org": org,
-        "type": "note",
-        "name": name,
-        "content": content,
-        "scope": extra.pop("scope", "project"),
-        "owner": f"user_{extra.pop('owner', 'ann')}_{sfx}",
-    }
-    if rec["scope"] != "org":
-        rec["project"] = extra.pop("project", "p2")
-    return rec
+    return memory_record(org, sfx, id_, name, content, type="note", **extra)
 
 
 def _world(org: str, sfx: str, *, stuffed: bool, org_stuffed: bool = True) -> list[dict]:
