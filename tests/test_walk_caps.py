@@ -154,24 +154,28 @@ async def test_hidden_rows_never_eat_the_cap(engine):
     assert answers[0][0] == [("r0", "DEPENDS_ON", 1), ("r1", "DEPENDS_ON", 1)]
 
 
+async def _fan_world(engine, rel: str) -> tuple[World, str]:
+    """``seed`` with 30 ``rel`` neighbours d00..d29, each leading by DECIDES to a decision
+    x00..x29; the world and its user's read key."""
+    w = World().entity("seed")
+    for i in range(30):
+        w.entity(f"d{i:02d}").edge("seed", rel, f"d{i:02d}")
+        w.entity(f"x{i:02d}", type_="decision").edge(f"d{i:02d}", "DECIDES", f"x{i:02d}")
+    return w, await w.load(engine)
+
+
 async def test_the_walk_stops_early_when_no_deeper_node_can_enter_the_answer(engine):
     # 30 DEPENDS_ON neighbours (0.98 at distance 1), each with a DECIDES edge further on (at most
     # 0.72 at distance 2): with limit 8, level 1 settles the answer, so depth 3 computes level 1
     # only, and the answer is exact. (DEPENDS_ON shares 0.98 with REQUIRES, so a dropped
     # DEPENDS_ON row bounds the cut by its weight only: the flag says it may have cut; the same
     # graph over REQUIRES, the last relationship of that weight, is exact and says so.)
-    w = World().entity("seed")
-    for i in range(30):
-        w.entity(f"d{i:02d}").edge("seed", "DEPENDS_ON", f"d{i:02d}")
-        w.entity(f"x{i:02d}", type_="decision").edge(f"d{i:02d}", "DECIDES", f"x{i:02d}")
-    key = await w.load(engine)
+    w, key = await _fan_world(engine, "DEPENDS_ON")
     resp = await _expand(engine, key, None, entity_ids=["seed"], depth=3, limit=8)
     assert [n.id for n in resp.neighbors] == [f"d{i:02d}" for i in range(8)]
     assert resp.filters["frontier_capped"] is True and resp.truncated
-    r = World().entity("seed")
-    for i in range(30):
-        r.entity(f"d{i:02d}").edge("seed", "REQUIRES", f"d{i:02d}")
-    exact = await _expand(engine, await r.load(engine), None, entity_ids=["seed"], depth=3, limit=8)
+    _, exact_key = await _fan_world(engine, "REQUIRES")
+    exact = await _expand(engine, exact_key, None, entity_ids=["seed"], depth=3, limit=8)
     assert [n.id for n in exact.neighbors] == [f"d{i:02d}" for i in range(8)]
     assert exact.filters["frontier_capped"] is False and exact.truncated
     assert await _levels(engine, w.user, {"entity_ids": ["seed"], "depth": 3, "limit": 8}) == 2
@@ -285,11 +289,7 @@ async def test_a_level_cap_under_the_limit_keeps_the_nodes_it_found(engine):
     # A level cap of 4 routes must not shrink the answer to 4 nodes of level 1 plus their
     # neighbours: level 1 keeps limit + 1 nodes as answers and expands only its best 4.
     # (REQUIRES: the last relationship of its weight, so a dropped row bounds the cut exactly)
-    w = World().entity("seed")
-    for i in range(30):
-        w.entity(f"d{i:02d}").edge("seed", "REQUIRES", f"d{i:02d}")
-        w.entity(f"x{i:02d}", type_="decision").edge(f"d{i:02d}", "DECIDES", f"x{i:02d}")
-    key = await w.load(engine)
+    _, key = await _fan_world(engine, "REQUIRES")
     narrow = Settings(walk_level_cap=4)
     want = [(f"d{i:02d}", "REQUIRES", 1) for i in range(24)]
     resp = await _expand(engine, key, narrow, entity_ids=["seed"], depth=2, limit=24)
