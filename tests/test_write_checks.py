@@ -165,26 +165,30 @@ async def test_communities_are_retired_when_a_member_turns_private(engine, clien
     assert ("cb", "SHARES_COMMUNITY") not in await _walk(client, vic, "ca")
 
 
+def _bob_note(t: Team, id_: str, content: str, **placement: Any) -> dict[str, Any]:
+    """The import record of a note of bob's named ``id_``, placed by ``placement`` (``project``,
+    ``scope``)."""
+    return {
+        "kind": "entity",
+        "org": t.org,
+        "id": id_,
+        "type": "note",
+        "name": id_,
+        "content": content,
+        "owner": t.u("bob"),
+        **placement,
+    }
+
+
 async def _community_world(engine: AsyncEngine) -> tuple[Team, str, str]:
     """ca -> cx -> cb in p1 (owner bob), one community rebuilt; (team, vic's key, bob's key)."""
     t = Team()
 
-    def ent(id_: str, content: str) -> dict[str, Any]:
-        return {
-            "kind": "entity",
-            "org": t.org,
-            "id": id_,
-            "type": "note",
-            "name": id_,
-            "content": content,
-            "project": "p1",
-            "owner": t.u("bob"),
-        }
-
     def dep(src: str, dst: str) -> dict[str, Any]:
         return {"kind": "edge", "org": t.org, "src": src, "dst": dst, "relationship": "DEPENDS_ON"}
 
-    extra = [ent("ca", "alphaword first"), ent("cx", "the middle"), ent("cb", "betaword last")]
+    texts = {"ca": "alphaword first", "cx": "the middle", "cb": "betaword last"}
+    extra = [_bob_note(t, id_, content, project="p1") for id_, content in texts.items()]
     await t.load(engine, extra=[*extra, dep("ca", "cx"), dep("cx", "cb")])
     async with write_tx(engine) as conn:
         await communities.rebuild(conn, org_id=t.org)
@@ -229,22 +233,10 @@ async def test_a_link_that_joins_the_audience_retires_what_it_may_change(engine,
     # imported private one, retires nothing (the pair).
     count = "SELECT count(*) FROM communities WHERE org_id = :o"
 
-    def record(t: Team, id_: str, content: str, **placement: Any) -> dict[str, Any]:
-        return {
-            "kind": "entity",
-            "org": t.org,
-            "id": id_,
-            "type": "note",
-            "name": id_,
-            "content": content,
-            "owner": t.u("bob"),
-            **placement,
-        }
-
     t, vic, bob = await _community_world(engine)
-    await import_dicts(engine, [record(t, "hidden_linker", "see [[ca]]", scope="private")])
+    await import_dicts(engine, [_bob_note(t, "hidden_linker", "see [[ca]]", scope="private")])
     assert await scalar(engine, count, o=t.org) == 1
-    await import_dicts(engine, [record(t, "cy", "see [[ca]]", project="p1")])
+    await import_dicts(engine, [_bob_note(t, "cy", "see [[ca]]", project="p1")])
     assert await scalar(engine, count, o=t.org) == 0
     assert await _walk(client, vic, "ca") == []
 
