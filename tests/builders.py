@@ -191,3 +191,20 @@ def memory_record(
         rec["project"] = extra.pop("project", "p2")
     rec.update(extra)
     return rec
+
+
+def hidden_stuffing(org: str, sfx: str, stuffing: str, **extra: Any) -> list[dict[str, Any]]:
+    """Memories an ``ann`` of p2 cannot read, full of ``stuffing``: 30 of ``bob`` in the private
+    project p1 (``h_<i>``) and 10 private to ``bob`` (``hp_<i>``) (the no-leak-through-ranking
+    tests: whatever they hold must change nothing ann sees)."""
+    out = [
+        memory_record(org, sfx, f"h_{i}", f"Kelp {i}", stuffing, project="p1", owner="bob", **extra)
+        for i in range(30)
+    ]
+    out += [
+        memory_record(
+            org, sfx, f"hp_{i}", "Kelp water", stuffing, scope="private", owner="bob", **extra
+        )
+        for i in range(10)
+    ]
+    return out

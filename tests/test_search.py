@@ -17,7 +17,13 @@ from app.domain.schemas import SearchRequest
 from app.domain.search import search
 from app.mcp.server import build_mcp, fixed_key
 from app.repo.readers import reader_by_user
-from tests.builders import import_dicts, make_key, memory_record, org_records
+from tests.builders import (
+    hidden_stuffing,
+    import_dicts,
+    make_key,
+    memory_record,
+    org_records,
+)
 
 SECTION = " ".join(f"filler{i}" for i in range(170))  # ~1400 characters of unmatched words
 
@@ -473,14 +479,7 @@ def _stuffed_world(org: str, sfx: str, *, stuffed: bool) -> list[dict]:
     if stuffed:  # hidden from ann: another project's and bob's private memories, full of the
         # query's words (so corpus-wide statistics would make them common, and rank others lower)
         stuffing = "kelp forests cold water coasts grow " * 40
-        out += [
-            _ent(org, sfx, f"h_{i}", f"Kelp {i}", stuffing, project="p1", owner="bob")
-            for i in range(30)
-        ]
-        out += [
-            _ent(org, sfx, f"hp_{i}", "Kelp water", stuffing, scope="private", owner="bob")
-            for i in range(10)
-        ]
+        out += hidden_stuffing(org, sfx, stuffing)
     return out
 
 

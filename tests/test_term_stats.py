@@ -22,7 +22,13 @@ from app.domain import terms
 from app.domain.search import weigh
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
-from tests.builders import import_dicts, make_key, memory_record, org_records
+from tests.builders import (
+    hidden_stuffing,
+    import_dicts,
+    make_key,
+    memory_record,
+    org_records,
+)
 from tests.team import Team, call
 
 
@@ -46,14 +52,7 @@ def _world(org: str, sfx: str, *, stuffed: bool, org_stuffed: bool = True) -> li
     ]
     if stuffed:  # another project's, private ones, and org-scoped ones: full of the query words
         stuffing = "kelp forests cold water coasts grow tides " * 40
-        out += [
-            _ent(org, sfx, f"h_{i}", f"Kelp {i}", stuffing, project="p1", owner="bob")
-            for i in range(30)
-        ]
-        out += [
-            _ent(org, sfx, f"hp_{i}", "Kelp water", stuffing, scope="private", owner="bob")
-            for i in range(10)
-        ]
+        out += hidden_stuffing(org, sfx, stuffing, type="note")
     if stuffed and org_stuffed:
         out += [
             _ent(org, sfx, f"ho_{i}", "Kelp tides", stuffing, scope="org", owner="bob")
