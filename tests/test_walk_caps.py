@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.settings import Settings
-from app.domain.expand import expand_neighbors
+from app.domain.expand import expand_neighbors, walk_params
 from app.domain.explain import explain_for_user
 from app.domain.schemas import ExpandRequest, ExpandResponse
 from app.repo.readers import reader_by_key
@@ -26,6 +26,24 @@ async def _expand(engine, key: str, settings: Settings | None = None, **body) ->
         reader = await reader_by_key(conn, key=key)
         assert reader is not None
         return await expand_neighbors(conn, reader, ExpandRequest(**body), settings=settings)
+
+
+def _walk_params(
+    reader: Any, origins: list[str], depth: int, limit: int, settings: Settings
+) -> dict[str, object]:
+    """The walk's bound parameters for a plain request (no filter, previews of 0)."""
+    return walk_params(
+        reader,
+        origins=origins,
+        depth=depth,
+        limit=limit,
+        preview_chars=0,
+        include_incoming=True,
+        relationship_types=None,
+        types=None,
+        project=None,
+        settings=settings,
+    )
 
 
 def _rows(resp: ExpandResponse) -> list[tuple[str, str, int]]:
@@ -208,7 +226,6 @@ async def _levels(engine, user: str, body: dict[str, Any], settings: Settings | 
 
 
 def test_caps_are_sized_from_the_request_not_the_graph():
-    from app.domain.expand import walk_params
     from app.domain.reader import Reader
 
     reader = Reader(
@@ -221,18 +238,7 @@ def test_caps_are_sized_from_the_request_not_the_graph():
     )
 
     def caps(settings: Settings, limit: int, seeds: int) -> tuple[object, object]:
-        params = walk_params(
-            reader,
-            origins=[f"s{i}" for i in range(seeds)],
-            depth=3,
-            limit=limit,
-            preview_chars=0,
-            include_incoming=True,
-            relationship_types=None,
-            types=None,
-            project=None,
-            settings=settings,
-        )
+        params = _walk_params(reader, [f"s{i}" for i in range(seeds)], 3, limit, settings)
         return params["hop_cap"], params["level_cap"]
 
     assert caps(Settings(), 24, 8) == (33, 100)
@@ -247,7 +253,6 @@ async def test_caps_cut_says_a_cap_bit_even_when_the_answer_stays_exact(engine):
     # the hub's 100 hops, yet the answer is exact (the first dropped DECIDES row, d26, ranks
     # after the answer's row 25, and DECIDES is the only relationship of its weight), so
     # frontier_capped stays false; a seed with few hops cuts nothing.
-    from app.domain.expand import walk_params
     from app.repo import walk as walk_repo
 
     w = World().entity("seed").entity("lone").entity("n1").edge("lone", "DEPENDS_ON", "n1")
@@ -261,19 +266,7 @@ async def test_caps_cut_says_a_cap_bit_even_when_the_answer_stays_exact(engine):
         async with engine.connect() as conn:
             reader = await reader_by_key(conn, key=key)
             assert reader is not None
-            params = walk_params(
-                reader,
-                origins=[seed],
-                depth=1,
-                limit=24,
-                preview_chars=0,
-                include_incoming=True,
-                relationship_types=None,
-                types=None,
-                project=None,
-                settings=settings,
-            )
-            return await walk_repo.walk(conn, params=params)
+            return await walk_repo.walk(conn, params=_walk_params(reader, [seed], 1, 24, settings))
 
     hub = await answer("seed", Settings())
     assert [r.id for r in hub.rows[:24]] == [f"d{i:02d}" for i in range(24)]
