@@ -42,6 +42,7 @@ QUESTION_SETS = (
     ("heldout3", PROJECT_ROOT / "eval" / "heldout3.jsonl"),
     ("heldout4", PROJECT_ROOT / "eval" / "heldout4.jsonl"),
     ("heldout5", PROJECT_ROOT / "eval" / "heldout5.jsonl"),
+    ("heldout6", PROJECT_ROOT / "eval" / "heldout6.jsonl"),
 )
 
 
