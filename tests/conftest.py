@@ -62,6 +62,9 @@ def database_url() -> Iterator[str]:
     asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
     url = with_database(server, name)
     os.environ["DATABASE_URL"] = url
+    # no background recount of the search statistics: the tests decide when counts are taken
+    # (tests/test_refresher.py runs the refresher itself)
+    os.environ["SIBYL_STATS_REFRESH_S"] = "0"
     get_settings.cache_clear()
     upgrade(url)
     yield url

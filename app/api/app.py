@@ -26,6 +26,7 @@ from app.api.limits import BodyLimit
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
+from app.domain import refresher
 from app.domain.directory import HIDDEN
 from app.domain.session import map_fault, require_key
 from app.mcp.http import mount_mcp
@@ -54,6 +55,8 @@ def create_app(
         async with AsyncExitStack() as stack:
             for factory in [mcp_lifespan, *(extra_lifespans or [])]:
                 await stack.enter_async_context(factory(app))
+            # the search word statistics recounted when out of date (app/domain/refresher.py)
+            await stack.enter_async_context(refresher.lifespan(app.state.engine, s.stats_refresh_s))
             try:
                 yield
             finally:

@@ -18,6 +18,9 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
+- ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
+  word statistics are out of date and recounts them (default 60; 0: never, then only
+  ``sibyl-pg stats refresh`` does; see :mod:`app.domain.refresher`).
 - ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
   ``*``: any), the MCP transport's DNS-rebinding check.
 """
@@ -47,6 +50,7 @@ class Settings(BaseSettings):
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
+    stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400)
     mcp_allowed_hosts: str = ""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     # connections of each pool: the service's, and REST expand's own one-statement pool

@@ -371,6 +371,39 @@ async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str,
     return out
 
 
+# The orgs whose statistics a refresh would change (the automatic refresher's question,
+# app.domain.refresher): an audience a write retired (not fresh), an audience with documents and
+# no row yet (a new project, an org never counted), or a counted audience holding a memory whose
+# creating transaction its count did not see (a memory created since; creates retire nothing).
+# An audience counted with no snapshot (NULL: a restored dump's ids) is due only when retired.
+# Private memories belong to no audience and make no org due. One pass over the entities.
+DUE_ORGS_SQL = text(
+    f"""/* sibyl:term_stats.due_orgs */
+SELECT a.org_id
+FROM term_audiences a
+WHERE NOT a.fresh
+  AND (CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[])))
+UNION
+SELECT e.org_id
+FROM entities e
+LEFT JOIN term_audiences a
+       ON a.org_id = e.org_id
+      AND a.audience = CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END
+WHERE e.scope IN ('project', 'org')
+  AND (CAST(:orgs AS text[]) IS NULL OR e.org_id = ANY(CAST(:orgs AS text[])))
+  AND (a.org_id IS NULL
+       OR NOT coalesce(pg_visible_in_snapshot(e.created_xid, a.counted_snapshot), true))
+ORDER BY 1"""
+)
+
+
+async def due_orgs(conn: AsyncConnection, orgs: Sequence[str] | None = None) -> list[str]:
+    """The orgs (of ``orgs``; None: of every org) whose search statistics are out of date (see
+    :data:`DUE_ORGS_SQL`), by id."""
+    params = {"orgs": None if orgs is None else list(orgs)}
+    return [r.org_id for r in await conn.execute(DUE_ORGS_SQL, params)]
+
+
 def audiences_of(scope: str, project_id: str | None) -> list[str]:
     """The audience a memory of ``scope`` belongs to (none for a private one)."""
     if scope == "org":
