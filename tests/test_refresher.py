@@ -1,7 +1,7 @@
 """The automatic refresh of the search word statistics (app/domain/refresher.py, issue 12).
 
 - an org is due exactly when a refresh would change what its readers weigh with: a write that
-  retired an audience, a memory created since its audience's count, an audience never counted;
+  retired an audience, a memory created since its audience's count, an org never counted;
   a private memory (in no audience) never makes it due, and a recount ends it;
 - a tick recounts the due orgs (their readers go from the fallback weights back to counts), at
   most once per max(interval, 10 × the last recount's time) an org; a process whose lock another
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 
 import httpx
-from sqlalchemy import text
 
 from app.api.app import create_app
 from app.core.settings import get_settings
@@ -70,12 +69,11 @@ async def test_an_org_is_due_exactly_when_a_recount_would_change_its_weights(eng
     await term_stats.refresh_orgs(engine, [t.org])
     assert not await _due(engine, t.org)
 
-    # the first memory of a project never counted (no audience row yet): due
-    async with engine.begin() as conn:
-        await conn.execute(
-            text("DELETE FROM term_audiences WHERE org_id = :o AND audience = 'p2'"),
-            {"o": t.org},
-        )
+    # a memory moved out of a counted audience (scope org -> project p2) retires it: due
+    r = await call(
+        client, "PATCH", "/api/entities/orgnote", own, json={"scope": "project", "project": "p2"}
+    )
+    assert r.status_code == 200, r.text
     assert await _due(engine, t.org)
 
 

@@ -244,6 +244,7 @@ class Entity(Base):
             postgresql_include=["scope", "project_id", "owner_id", "lifecycle", "type"],
         ),
         Index("ix_entities_project", "org_id", "project_id"),
+        Index("ix_entities_created_xid", "org_id", "created_xid"),  # the refresher (0009)
         # Search (contract §8): the full-text lane, and the exact lane's name-prefix range scan.
         Index("ix_entities_search", "search_tsv", postgresql_using="gin"),
         Index("ix_entities_head", "head_tsv", postgresql_using="gin"),

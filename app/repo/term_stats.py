@@ -372,27 +372,43 @@ async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str,
 
 
 # The orgs whose statistics a refresh would change (the automatic refresher's question,
-# app.domain.refresher): an audience a write retired (not fresh), an audience with documents and
-# no row yet (a new project, an org never counted), or a counted audience holding a memory whose
-# creating transaction its count did not see (a memory created since; creates retire nothing).
-# An audience counted with no snapshot (NULL: a restored dump's ids) is due only when retired.
-# Private memories belong to no audience and make no org due. One pass over the entities.
+# app.domain.refresher), each through an index:
+# - an audience a write retired (not fresh);
+# - a memory in an audience (project or org scope) whose creating transaction the org's oldest
+#   counted snapshot does not see: created since a count (creates retire nothing), in a counted
+#   audience or a new one (a new project); read from ix_entities_created_xid, only memories at
+#   or after that snapshot's xmin. A later audience's snapshot may already hold it: one refresh
+#   too many, never one too few;
+# - an org with memories in an audience and no audience row at all (never counted).
+# Private memories belong to no audience and make no org due. An org whose audiences all carry
+# no snapshot (NULL: a restored dump's ids) is due when a write retires one.
 DUE_ORGS_SQL = text(
-    f"""/* sibyl:term_stats.due_orgs */
+    """/* sibyl:term_stats.due_orgs */
+WITH oldest AS (  -- per org, the counted snapshot that sees least
+    SELECT DISTINCT ON (a.org_id) a.org_id, a.counted_snapshot AS snapshot
+    FROM term_audiences a
+    WHERE a.counted_snapshot IS NOT NULL
+      AND (CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[])))
+    ORDER BY a.org_id, pg_snapshot_xmin(a.counted_snapshot)
+)
 SELECT a.org_id
 FROM term_audiences a
 WHERE NOT a.fresh
   AND (CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[])))
 UNION
-SELECT e.org_id
-FROM entities e
-LEFT JOIN term_audiences a
-       ON a.org_id = e.org_id
-      AND a.audience = CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END
-WHERE e.scope IN ('project', 'org')
-  AND (CAST(:orgs AS text[]) IS NULL OR e.org_id = ANY(CAST(:orgs AS text[])))
-  AND (a.org_id IS NULL
-       OR NOT coalesce(pg_visible_in_snapshot(e.created_xid, a.counted_snapshot), true))
+SELECT c.org_id
+FROM oldest c
+WHERE EXISTS (
+    SELECT 1 FROM entities e
+    WHERE e.org_id = c.org_id AND e.created_xid >= pg_snapshot_xmin(c.snapshot)
+      AND e.scope IN ('project', 'org')
+      AND NOT pg_visible_in_snapshot(e.created_xid, c.snapshot))
+UNION
+SELECT o.id
+FROM orgs o
+WHERE (CAST(:orgs AS text[]) IS NULL OR o.id = ANY(CAST(:orgs AS text[])))
+  AND NOT EXISTS (SELECT 1 FROM term_audiences a WHERE a.org_id = o.id)
+  AND EXISTS (SELECT 1 FROM entities e WHERE e.org_id = o.id AND e.scope IN ('project', 'org'))
 ORDER BY 1"""
 )
 
