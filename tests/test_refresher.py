@@ -138,3 +138,26 @@ async def test_a_serving_process_runs_the_refresher_when_enabled(engine, monkeyp
                     break
                 await asyncio.sleep(0.01)
         assert bool(ticks) is expect
+
+
+async def test_an_org_whose_recount_fails_does_not_hold_the_others_back(
+    engine, client, monkeypatch
+):
+    """A write of ``busy`` holds its statistics lock (shared) longer than an arming polls: that
+    org is not recounted, the next one is; once the write ends, the next tick after the gap
+    recounts ``busy`` too."""
+    busy, calm = await Team().load(engine), await Team().load(engine)
+    monkeypatch.setattr(term_stats, "ARM_WAIT_S", 0.2)
+    now = [0.0]
+    ticker = Refresher(
+        engine, interval_s=60, orgs=sorted([busy.org, calm.org]), clock=lambda: now[0]
+    )
+    async with engine.connect() as writer:
+        await writer.execute(term_stats.RETIRE_LOCK_SQL, {"org_id": busy.org})
+        assert set(await ticker.tick()) == {calm.org}
+        await writer.rollback()
+    assert await _due(engine, busy.org) and not await _due(engine, calm.org)
+    assert await ticker.tick() == {}  # busy waits for its gap
+    now[0] += 61
+    assert set(await ticker.tick()) == {busy.org}
+    assert not await _due(engine, busy.org)

@@ -14,8 +14,10 @@ count leaves its audience retired, so nothing stale is stamped fresh).
 
 Bounds: one process refreshes at a time (a session advisory lock; the others skip their
 turn); an org is recounted at most once per max(interval, :data:`GAP_FACTOR` × its last
-recount's duration), so a large org's recount takes at most about a tenth of a core; a failed
-tick (database down, an org's writes holding its lock) is logged and retried at the next one.
+recount's duration), so a large org's recount takes at most about a tenth of a core; an org
+whose recount fails (its writes held its lock for two minutes, it was deleted) is logged and
+tried again after its gap, without holding the other orgs back; a failed tick (database down)
+is logged and retried at the next one.
 Statistics are read only from audiences a reader may read: the refresher changes when counts
 are current, never whose rows they count.
 """
@@ -84,7 +86,12 @@ class Refresher:
                     if self._next_allowed.get(org_id, now) > now:
                         continue
                     started = self.clock()
-                    out.update(await term_stats.refresh_orgs(self.engine, [org_id]))
+                    try:
+                        out.update(await term_stats.refresh_orgs(self.engine, [org_id]))
+                    except Exception as exc:  # one org's failure (busy, gone) spares the rest
+                        log.warning(
+                            "search statistics of %s not recounted: %s", org_id, type(exc).__name__
+                        )
                     took = self.clock() - started
                     self._next_allowed[org_id] = self.clock() + max(
                         self.interval_s, GAP_FACTOR * took
