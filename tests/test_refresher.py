@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+from sqlalchemy import text
 
 from app.api.app import create_app
 from app.core.settings import get_settings
-from app.domain import refresher
+from app.domain import memories, refresher
 from app.domain.refresher import Refresher
 from app.domain.search import weigh
 from app.repo import term_stats
@@ -143,21 +144,197 @@ async def test_a_serving_process_runs_the_refresher_when_enabled(engine, monkeyp
 async def test_an_org_whose_recount_fails_does_not_hold_the_others_back(
     engine, client, monkeypatch
 ):
-    """A write of ``busy`` holds its statistics lock (shared) longer than an arming polls: that
-    org is not recounted, the next one is; once the write ends, the next tick after the gap
-    recounts ``busy`` too."""
+    """A write of ``busy`` holds its statistics lock (shared) longer than the refresher's arming
+    waits: that org is reported failed, the next one is recounted; once the write ends, the next
+    tick after the interval recounts ``busy`` too."""
     busy, calm = await Team().load(engine), await Team().load(engine)
-    monkeypatch.setattr(term_stats, "ARM_WAIT_S", 0.2)
+    monkeypatch.setattr(refresher, "ARM_WAIT_S", 0.2)
     now = [0.0]
-    ticker = Refresher(
-        engine, interval_s=60, orgs=sorted([busy.org, calm.org]), clock=lambda: now[0]
+    orgs = sorted([busy.org, calm.org])
+    ticker = Refresher(engine, interval_s=60, orgs=orgs, clock=lambda: now[0])
+    try:
+        async with engine.connect() as writer:
+            await writer.execute(term_stats.RETIRE_LOCK_SQL, {"org_id": busy.org})
+            done = await ticker.tick()
+            await writer.rollback()
+        assert done[busy.org].error == "RefreshBusy" and done[calm.org].error is None
+        assert await _due(engine, busy.org) and not await _due(engine, calm.org)
+        assert await ticker.tick() == {}  # busy waits for the interval
+        now[0] += 61
+        assert set(await ticker.tick()) == {busy.org}
+        assert not await _due(engine, busy.org)
+    finally:
+        await ticker.close()
+
+
+async def test_a_memory_moved_into_an_audience_retires_it_even_one_with_no_row(engine, client):
+    """A move retired only the audience it left: a private memory moved into p1 left p1's counts
+    fresh without it, and a move into a project never counted made no org due (an adversarial
+    review). Now the audience it joins is retired too, and one with no row gets a row, not
+    fresh."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+    ann, own = await t.key(engine, "ann"), await t.key(engine, "own")
+
+    r = await call(
+        client, "PATCH", "/api/entities/mine", ann, json={"scope": "project", "project": "p1"}
     )
+    assert r.status_code == 200, r.text
+    assert await _fresh(engine, t.org) == {"p1": False, "p2": True, "p3": True, "*": True}
+    assert await _due(engine, t.org)
+    await term_stats.refresh_orgs(engine, [t.org])
+
+    # p2's only memory leaves it: its row goes at the next count; a move back into p2 (no row)
+    r = await call(client, "PATCH", "/api/entities/pub", own, json={"project": "p1"})
+    assert r.status_code == 200, r.text
+    await term_stats.refresh_orgs(engine, [t.org])
+    assert "p2" not in await _fresh(engine, t.org) and not await _due(engine, t.org)
+    r = await call(client, "PATCH", "/api/entities/pub", own, json={"project": "p2"})
+    assert r.status_code == 200, r.text
+    assert (await _fresh(engine, t.org))["p2"] is False
+    assert await _due(engine, t.org)
+    await term_stats.refresh_orgs(engine, [t.org])
+    assert (await _fresh(engine, t.org))["p2"] is True and not await _due(engine, t.org)
+
+
+async def _fresh(engine, org: str) -> dict[str, bool]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT audience, fresh FROM term_audiences WHERE org_id = :o"), {"o": org}
+        )
+        return {r.audience: r.fresh for r in rows}
+
+
+async def test_each_audience_is_checked_against_its_own_snapshot(engine, client):
+    """Two audiences counted with snapshots of the same xmin, p1's not seeing a memory created
+    since and p2's seeing it: due (a check against one snapshot per org could pick p2's)."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+    ann = await t.key(engine, "ann")
+    await _post(client, ann, id="n9", name="New", content="Kelp grows here.", project="p1")
+    async with engine.begin() as conn:
+        xid = (
+            await conn.execute(
+                text("SELECT created_xid::text FROM entities WHERE org_id = :o AND id = 'n9'"),
+                {"o": t.org},
+            )
+        ).scalar_one()
+        blind, seeing = f"{xid}:{xid}:", f"{xid}:{int(xid) + 10}:"
+        for audience, snapshot in (("p1", blind), ("p2", seeing), ("p3", seeing), ("*", seeing)):
+            await conn.execute(
+                text(
+                    "UPDATE term_audiences"
+                    " SET counted_snapshot = CAST(CAST(:s AS text) AS pg_snapshot)"
+                    " WHERE org_id = :o AND audience = :a"
+                ),
+                {"s": snapshot, "o": t.org, "a": audience},
+            )
+    assert await _due(engine, t.org)
+    async with engine.begin() as conn:  # p1's snapshot sees it too: nothing is due
+        await conn.execute(
+            text(
+                "UPDATE term_audiences"
+                " SET counted_snapshot = CAST(CAST(:s AS text) AS pg_snapshot)"
+                " WHERE org_id = :o AND audience = 'p1'"
+            ),
+            {"s": seeing, "o": t.org},
+        )
+    assert not await _due(engine, t.org)
+
+
+async def test_memories_from_another_cluster_never_keep_an_org_due(engine):
+    """p1's memories carry transaction ids ahead of this cluster (a restored dump): its count
+    stamps no snapshot, and the recount ends the org's turn (a check of every audience against
+    another's snapshot kept it due on every tick)."""
+    t = await Team().load(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE entities SET created_xid = CAST('9000000000' AS xid8)"
+                " WHERE org_id = :o AND scope = 'project' AND project_id = 'p1'"
+            ),
+            {"o": t.org},
+        )
+    ticker = Refresher(engine, interval_s=0.01, orgs=[t.org])
+    try:
+        assert set(await ticker.tick()) == {t.org}
+        assert not await _due(engine, t.org)
+        await asyncio.sleep(0.02)
+        assert await ticker.tick() == {}
+    finally:
+        await ticker.close()
+
+
+async def test_an_org_is_recounted_at_most_once_per_ten_times_its_recount(engine, client):
+    t = await Team().load(engine)
+    own = await t.key(engine, "own")
+    now = [0.0]
+
+    def clock() -> float:  # every reading 1 s later: a recount "takes" a second or two
+        now[0] += 1.0
+        return now[0]
+
+    ticker = Refresher(engine, interval_s=1, orgs=[t.org], clock=clock)
+    try:
+        done = await ticker.tick()
+        assert set(done) == {t.org} and done[t.org].seconds == 1.0  # the gap: 10 s
+        r = await call(client, "PATCH", "/api/entities/orgnote", own, json={"content": "x"})
+        assert r.status_code == 200, r.text
+        now[0] += 3  # past the interval, within 10 × the recount
+        assert await ticker.tick() == {}
+        now[0] += 20
+        assert set(await ticker.tick()) == {t.org}
+    finally:
+        await ticker.close()
+
+
+async def test_an_org_named_like_the_refresher_shares_no_lock_with_it(engine):
+    """The refresher's lock is in the two-key space: an org's statistics lock (one key, from
+    its id) held by a write never stops a tick, whatever the org is called."""
     async with engine.connect() as writer:
-        await writer.execute(term_stats.RETIRE_LOCK_SQL, {"org_id": busy.org})
-        assert set(await ticker.tick()) == {calm.org}
+        await writer.execute(term_stats.RETIRE_LOCK_SQL, {"org_id": "refresher"})
+        async with engine.connect() as other:
+            assert (await other.execute(refresher.TICK_LOCK_SQL)).scalar()
+            await other.execute(refresher.TICK_UNLOCK_SQL)
+            await other.commit()
         await writer.rollback()
-    assert await _due(engine, busy.org) and not await _due(engine, calm.org)
-    assert await ticker.tick() == {}  # busy waits for its gap
-    now[0] += 61
-    assert set(await ticker.tick()) == {busy.org}
-    assert not await _due(engine, busy.org)
+
+
+async def test_shutdown_ends_a_tick_in_the_middle_of_a_statement(engine, monkeypatch):
+    """Cancelling the refresher while its look at the due orgs runs ends the task (it used to be
+    swallowed as a failed tick, and shutdown hung)."""
+    started = asyncio.Event()
+
+    async def slow_due(conn, orgs=None):
+        started.set()
+        await conn.execute(text("SELECT pg_sleep(30)"))
+        return []
+
+    monkeypatch.setattr(term_stats, "due_orgs", slow_due)
+    context = refresher.lifespan(engine, 0.01)
+    await context.__aenter__()
+    await asyncio.wait_for(started.wait(), timeout=30)
+    await asyncio.wait_for(context.__aexit__(None, None, None), timeout=20)
+
+
+async def test_a_memory_whose_creator_was_still_running_at_the_count_makes_its_org_due(engine):
+    """A memory created by a transaction that had not committed when the count's snapshot was
+    taken is in none of the counts: once it commits, its org is due (its id lies between the
+    snapshot's xmin and xmax)."""
+    t = await Team().load(engine)
+    data = memories.EntityData(
+        id="late",
+        type="note",
+        name="Late",
+        content="Written while the count ran.",
+        scope="project",
+        project_id="p1",
+        owner_id=t.u("ann"),
+    )
+    async with engine.begin() as conn:
+        await memories.save_entity(conn, org_id=t.org, data=data, evidence_lines=40)
+        await term_stats.refresh_orgs(engine, [t.org])  # counted while the creator runs
+        assert not await _due(engine, t.org)  # not committed: nothing to count yet
+    assert await _due(engine, t.org)
+    await term_stats.refresh_orgs(engine, [t.org])
+    assert not await _due(engine, t.org)

@@ -192,8 +192,8 @@ async def test_a_write_to_a_counted_row_retires_its_audience_until_a_refresh(eng
     await patch(own, "orgnote", name="Renamed org note")
     assert await _fresh(engine, t.org) == {**every, "*": False}
     await refresh()
-    await patch(own, "pub", project="p1")  # moved from p2 to p1: p2 counted it
-    assert await _fresh(engine, t.org) == {**every, "p2": False}
+    await patch(own, "pub", project="p1")  # moved from p2 to p1: p2 counted it, p1 did not
+    assert await _fresh(engine, t.org) == {**every, "p2": False, "p1": False}
     del every["p2"]  # p2 holds no memory now
     await refresh()
     r = await call(client, "DELETE", "/api/entities/hid", bob)

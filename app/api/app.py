@@ -52,16 +52,18 @@ def create_app(
             statement_timeout_ms=s.statement_timeout_ms, settings=s
         )
         app.state.settings = s
-        async with AsyncExitStack() as stack:
-            for factory in [mcp_lifespan, *(extra_lifespans or [])]:
-                await stack.enter_async_context(factory(app))
-            # the search word statistics recounted when out of date (app/domain/refresher.py)
-            await stack.enter_async_context(refresher.lifespan(app.state.engine, s.stats_refresh_s))
-            try:
+        try:
+            async with AsyncExitStack() as stack:
+                for factory in [mcp_lifespan, *(extra_lifespans or [])]:
+                    await stack.enter_async_context(factory(app))
+                # the search word statistics recounted when out of date (app/domain/refresher.py)
+                await stack.enter_async_context(
+                    refresher.lifespan(app.state.engine, s.stats_refresh_s)
+                )
                 yield
-            finally:
-                if owned:
-                    await app.state.engine.dispose()
+        finally:  # after every part above has stopped (the refresher's task included)
+            if owned:
+                await app.state.engine.dispose()
 
     app = FastAPI(
         title="sibyl-pg",

@@ -273,6 +273,15 @@ async def save_entity(
             scope=stored.scope,
             project_id=stored.project_id,
         )
+    if (stored.scope, stored.project_id) != (data.scope, data.project_id):
+        await write_rules.retire_term_stats(  # the audience it joins did not count it
+            conn,
+            org_id=org_id,
+            entity_id=data.id,
+            scope=data.scope,
+            project_id=data.project_id,
+            moved_in=True,
+        )
     if body_changed:
         await _write_cut(conn, org_id=org_id, data=data, revision=revision, projection=projection)
         await _derive_mentions(conn, org_id=org_id, data=data, may_link=may_link)

@@ -8,16 +8,18 @@ service would fall back after its first edit. So every serving process (``make r
 MCP over HTTP; ``sibyl-pg mcp``) runs a :class:`Refresher`: every ``SIBYL_STATS_REFRESH_S``
 seconds (default 60; 0 turns it off) it asks which orgs are due
 (:func:`app.repo.term_stats.due_orgs`: a retired audience, an audience never counted, or a
-memory created since its audience's count) and recounts each
-(:func:`app.repo.term_stats.refresh_orgs`: writes are never held back, and a write during the
+memory created since its audience's count, a memory moved into an audience) and recounts each
+(:func:`app.repo.term_stats.recount`: writes are never held back, and a write during the
 count leaves its audience retired, so nothing stale is stamped fresh).
 
-Bounds: one process refreshes at a time (a session advisory lock; the others skip their
-turn); an org is recounted at most once per max(interval, :data:`GAP_FACTOR` × its last
-recount's duration), so a large org's recount takes at most about a tenth of a core; an org
-whose recount fails (its writes held its lock for two minutes, it was deleted) is logged and
-tried again after its gap, without holding the other orgs back; a failed tick (database down)
-is logged and retried at the next one.
+Bounds: one process refreshes at a time (a session advisory lock in a key space of its own;
+the others skip their turn); the refresher uses an engine of its own (the service's pool is
+never short of a connection); an org is recounted at most once per max(interval,
+:data:`GAP_FACTOR` × its last recount's duration), so a large org's recount takes at most about
+a tenth of a core; an org whose recount fails (its writes left no gap for :data:`ARM_WAIT_S`,
+it was deleted) is logged and tried again after the interval, without holding the other orgs
+back; a failed tick (database down) is logged and retried at the next one; cancelling the task
+(shutdown) ends it at once, mid-recount included (a recount cut short stamps nothing).
 Statistics are read only from audiences a reader may read: the refresher changes when counts
 are current, never whose rows they count.
 """
@@ -39,20 +41,28 @@ log = logging.getLogger("sibyl_pg.refresher")
 
 GAP_FACTOR = 10.0
 """An org is recounted at most once per this many times its last recount's duration."""
+ARM_WAIT_S = 5.0
+"""How long the refresher's arming waits for an org's writes to leave a gap before it gives up
+on that org until its next turn (``sibyl-pg stats refresh`` waits two minutes)."""
 
-_TICK_LOCK = "hashtext('sibyl:term_stats:refresher')"
+# The refresher's lock: the two-key form, a key space of its own (a one-key lock, such as an
+# org's statistics lock, can never collide with it; an adversarial review found that the one-key
+# hash of this name was the statistics lock of an org named `refresher`).
 TICK_LOCK_SQL = text(
-    f"""/* sibyl:term_stats.refresher_lock */ SELECT pg_try_advisory_lock({_TICK_LOCK}) AS held"""
+    """/* sibyl:term_stats.refresher_lock */
+SELECT pg_try_advisory_lock(hashtext('sibyl-pg'), hashtext('term_stats.refresher')) AS held"""
 )
 TICK_UNLOCK_SQL = text(
-    f"""/* sibyl:term_stats.refresher_unlock */ SELECT pg_advisory_unlock({_TICK_LOCK})"""
+    """/* sibyl:term_stats.refresher_unlock */
+SELECT pg_advisory_unlock(hashtext('sibyl-pg'), hashtext('term_stats.refresher'))"""
 )
 
 
 class Refresher:
     """Recounts the search statistics of the orgs that are due, at most every ``interval_s``
-    seconds (see the module docstring). ``orgs``: only these (None: every org of the database);
-    ``clock``: seconds, monotonic."""
+    seconds (see the module docstring), on an engine of its own to ``engine``'s database (no
+    connection of the service's pool, no statement timeout: a whole org's vectors are read).
+    ``orgs``: only these (None: every org of the database); ``clock``: seconds, monotonic."""
 
     def __init__(
         self,
@@ -62,17 +72,34 @@ class Refresher:
         orgs: Sequence[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=False)
         self.interval_s = interval_s
         self.orgs = orgs
         self.clock = clock
         self._next_allowed: dict[str, float] = {}
+        self._engine: AsyncEngine | None = None
 
-    async def tick(self) -> dict[str, tuple[int, int]]:
-        """One look: recount every due org whose gap has passed (by id); returns what each
-        recount stamped, ``(audiences, documents)``. Empty when another process holds the
-        refresher's lock, or when nothing is due."""
-        async with self.engine.connect() as conn:
+    def _own_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            from app.core.db import make_engine
+
+            self._engine = make_engine(self.url)
+        return self._engine
+
+    async def close(self) -> None:
+        """Dispose of the refresher's own engine (a later tick makes a new one)."""
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    async def tick(self) -> dict[str, term_stats.Recount]:
+        """One look: recount every due org whose gap has passed (by id): what each recount
+        did, a failed one included (:class:`~app.repo.term_stats.Recount`). Empty when another
+        process holds the refresher's lock, or when nothing is due. An org is next recounted
+        after max(interval, :data:`GAP_FACTOR` × this recount's time), or after the interval
+        when this one failed."""
+        engine = self._own_engine()
+        async with engine.connect() as conn:
             held = (await conn.execute(TICK_LOCK_SQL)).scalar()
             await conn.commit()
             if not held:
@@ -81,44 +108,52 @@ class Refresher:
                 due = await term_stats.due_orgs(conn, self.orgs)
                 await conn.commit()
                 now = self.clock()
-                out: dict[str, tuple[int, int]] = {}
-                for org_id in due:
-                    if self._next_allowed.get(org_id, now) > now:
-                        continue
-                    started = self.clock()
-                    try:
-                        out.update(await term_stats.refresh_orgs(self.engine, [org_id]))
-                    except Exception as exc:  # one org's failure (busy, gone) spares the rest
-                        log.warning(
-                            "search statistics of %s not recounted: %s", org_id, type(exc).__name__
-                        )
-                    took = self.clock() - started
-                    self._next_allowed[org_id] = self.clock() + max(
-                        self.interval_s, GAP_FACTOR * took
+                ready = [o for o in due if self._next_allowed.get(o, now) <= now]
+                done = await term_stats.recount(
+                    engine, ready, arm_wait_s=ARM_WAIT_S, clock=self.clock
+                )
+                for org_id, r in done.items():
+                    gap = (
+                        self.interval_s if r.error else max(self.interval_s, GAP_FACTOR * r.seconds)
                     )
-                return out
+                    self._next_allowed[org_id] = self.clock() + gap
+                return done
             finally:
-                await conn.execute(TICK_UNLOCK_SQL)
-                await conn.commit()
+                try:
+                    await conn.execute(TICK_UNLOCK_SQL)
+                    await conn.commit()
+                except asyncio.CancelledError:
+                    await conn.invalidate()  # the session ends, and its lock with it
+                    raise
+                except Exception:  # a statement above failed or was cancelled mid-way: the
+                    await conn.invalidate()  # session ends (its lock too); that error stands
 
     async def run(self) -> None:
-        """Tick every ``interval_s`` seconds until cancelled; a failed tick is logged."""
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                done = await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a failed tick must not stop the next one
-                log.warning("search statistics refresh failed: %s", type(exc).__name__)
-                continue
-            for org_id, (audiences, documents) in done.items():
-                log.info(
-                    "search statistics of %s recounted: %d documents in %d audiences",
-                    org_id,
-                    documents,
-                    audiences,
-                )
+        """Tick every ``interval_s`` seconds until cancelled; a failed tick is logged and the
+        next one tried; its own engine is disposed on the way out."""
+        try:
+            while True:
+                await asyncio.sleep(self.interval_s)
+                try:
+                    done = await self.tick()
+                except Exception as exc:  # a failed tick must not stop the next one...
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # ... but a cancelled one ends the loop
+                    log.warning("search statistics refresh failed: %s", type(exc).__name__)
+                    continue
+                for org_id, r in done.items():
+                    if r.error:
+                        log.warning("search statistics of %s not recounted: %s", org_id, r.error)
+                    else:
+                        log.info(
+                            "search statistics of %s recounted: %d documents in %d audiences",
+                            org_id,
+                            r.documents,
+                            r.audiences,
+                        )
+        finally:
+            await self.close()
 
 
 def lifespan(

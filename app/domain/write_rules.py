@@ -129,17 +129,27 @@ async def retire_moved_communities(
 
 
 async def retire_term_stats(
-    conn: AsyncConnection, *, org_id: str, entity_id: str, scope: str, project_id: str | None
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    entity_id: str,
+    scope: str,
+    project_id: str | None,
+    moved_in: bool = False,
 ) -> None:
     """Mark not fresh the word statistics of the audience the memory ``entity_id`` of ``scope``
     and ``project_id`` may have been counted in (none for a private memory), in the transaction
     of the write that changes or removes it (before a delete: the row is read): an audience
-    whose count was taken before the memory was created keeps its counts."""
+    whose count was taken before the memory was created keeps its counts. ``moved_in``: the
+    memory moves into that audience (its new scope or project), whose count does not hold it
+    (it was elsewhere, or private): retired by the same rule, and given a row, not fresh, when
+    it has none yet (an adversarial review: a move retired only the audience it left)."""
     await term_stats.retire(
         conn,
         org_id=org_id,
         audiences=term_stats.audiences_of(scope, project_id),
         entity_id=entity_id,
+        moved_in=moved_in,
     )
 
 

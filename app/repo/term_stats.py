@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -209,6 +209,24 @@ WHERE s.org_id = :org_id AND s.audience = ANY(CAST(:audiences AS text[]))
              false)))"""
 )
 
+# Retires the audiences a memory moves INTO (its scope or project changed): the same rule as
+# above for a row that exists (the count may hold the memory only if it saw its creation... and
+# then held it elsewhere, so it misses it here), and a row made, not fresh, for an audience that
+# has none yet (a project never counted: the refresher sees it as due; an adversarial review).
+RETIRE_INTO_SQL = text(
+    """/* sibyl:term_stats.retire_into */
+INSERT INTO term_audiences AS s (org_id, audience, documents, lengths, fresh)
+SELECT :org_id, a.audience, 0, 0, false
+FROM unnest(CAST(:audiences AS text[])) AS a(audience)
+ON CONFLICT (org_id, audience) DO UPDATE SET fresh = false, armed_by = NULL
+WHERE s.armed_by IS NOT NULL
+   OR (s.fresh AND NOT coalesce(
+         (SELECT NOT pg_visible_in_snapshot(e.created_xid, s.counted_snapshot)
+          FROM entities e
+          WHERE e.org_id = :org_id AND e.id = CAST(:entity_id AS text)),
+         false))"""
+)
+
 # The audiences the bound reader reads: its readable projects, and '*' unless its key is
 # restricted to projects (the read rule, app/repo/readrule.py). A constant once the parameters are
 # bound (custom plans), so `= ANY(...)` is a hashed filter.
@@ -263,14 +281,16 @@ class RefreshBusy(RuntimeError):
     """Writes of the org held its statistics lock for :data:`ARM_WAIT_S` without a gap."""
 
 
-async def refresh(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
+async def refresh(
+    conn: AsyncConnection, *, org_id: str, arm_wait_s: float | None = None
+) -> tuple[int, int]:
     """Recount every audience of ``org_id`` on ``conn`` (a connection outside any transaction:
     :func:`arm`, :func:`count` and :func:`stamp` run a transaction each, see the module
     docstring); return (audiences stamped fresh, their documents). Writes of the org wait only
     for the arming's own statements, never for the count; an overlapping refresh takes over the
     audiences it arms (the earlier one then stamps none of them)."""
     try:
-        token = await arm(conn, org_id=org_id)
+        token = await arm(conn, org_id=org_id, arm_wait_s=arm_wait_s)
         snapshot = await count(conn, org_id=org_id)
         return await stamp(conn, org_id=org_id, token=token, snapshot=snapshot)
     finally:
@@ -279,14 +299,14 @@ async def refresh(conn: AsyncConnection, *, org_id: str) -> tuple[int, int]:
                 await conn.execute(DROP_COUNTED_SQL)
 
 
-async def arm(conn: AsyncConnection, *, org_id: str) -> str:
+async def arm(conn: AsyncConnection, *, org_id: str, arm_wait_s: float | None = None) -> str:
     """Refresh, step 1 (one short transaction, under the org's lock, taken by polling so that
     it never queues writes behind it): every audience of ``org_id`` armed with a new token (a
     row made for each new one); returns the token. Raises :class:`RefreshBusy` when writes held
-    the lock for :data:`ARM_WAIT_S`."""
+    the lock for ``arm_wait_s`` seconds (default :data:`ARM_WAIT_S`)."""
     p = {"org_id": org_id}
     token = secrets.token_hex(8)
-    deadline = time.monotonic() + ARM_WAIT_S
+    deadline = time.monotonic() + (ARM_WAIT_S if arm_wait_s is None else arm_wait_s)
     async with conn.begin():
         await conn.execute(REFRESH_SETTINGS_SQL)
         audiences = [r.audience for r in await conn.execute(AUDIENCES_SQL, p)]
@@ -372,37 +392,53 @@ async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str,
 
 
 # The orgs whose statistics a refresh would change (the automatic refresher's question,
-# app.domain.refresher), each through an index:
-# - an audience a write retired (not fresh);
-# - a memory in an audience (project or org scope) whose creating transaction the org's oldest
-#   counted snapshot does not see: created since a count (creates retire nothing), in a counted
-#   audience or a new one (a new project); read from ix_entities_created_xid, only memories at
-#   or after that snapshot's xmin. A later audience's snapshot may already hold it: one refresh
-#   too many, never one too few;
+# app.domain.refresher), each arm through an index:
+# - an audience a write retired (not fresh), or made not fresh by a move into it;
+# - an audience holding a memory whose creating transaction its count's snapshot does not see
+#   (created since; creates retire nothing): per audience row, the memories of the org created
+#   at or after that snapshot's xmin (ix_entities_created_xid), those of the audience that the
+#   snapshot does not see;
+# - a memory created at or after the org's oldest count (the same index) in an audience with no
+#   row (the first memory of a new project, or of the org scope);
 # - an org with memories in an audience and no audience row at all (never counted).
-# Private memories belong to no audience and make no org due. An org whose audiences all carry
-# no snapshot (NULL: a restored dump's ids) is due when a write retires one.
+# An audience counted without a snapshot (NULL: a restored dump's ids) is due only when
+# retired. Private memories belong to no audience and make no org due.
 DUE_ORGS_SQL = text(
-    """/* sibyl:term_stats.due_orgs */
-WITH oldest AS (  -- per org, the counted snapshot that sees least
-    SELECT DISTINCT ON (a.org_id) a.org_id, a.counted_snapshot AS snapshot
+    f"""/* sibyl:term_stats.due_orgs */
+WITH counted AS (  -- the audiences of the orgs asked about
+    SELECT a.org_id, a.audience, a.fresh, a.counted_snapshot AS snapshot
     FROM term_audiences a
-    WHERE a.counted_snapshot IS NOT NULL
-      AND (CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[])))
-    ORDER BY a.org_id, pg_snapshot_xmin(a.counted_snapshot)
+    WHERE CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[]))
 )
-SELECT a.org_id
-FROM term_audiences a
-WHERE NOT a.fresh
-  AND (CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[])))
+SELECT c.org_id
+FROM counted c
+WHERE NOT c.fresh
 UNION
 SELECT c.org_id
-FROM oldest c
-WHERE EXISTS (
+FROM counted c
+CROSS JOIN LATERAL (  -- per audience, an index range: the memories created since its xmin
     SELECT 1 FROM entities e
     WHERE e.org_id = c.org_id AND e.created_xid >= pg_snapshot_xmin(c.snapshot)
-      AND e.scope IN ('project', 'org')
-      AND NOT pg_visible_in_snapshot(e.created_xid, c.snapshot))
+      AND CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}'
+               WHEN e.scope = 'project' THEN e.project_id END = c.audience
+      AND NOT pg_visible_in_snapshot(e.created_xid, c.snapshot)
+    ORDER BY e.created_xid DESC  -- read from the index, newest first (never a scan of all)
+    LIMIT 1) created
+WHERE c.snapshot IS NOT NULL
+UNION
+SELECT o.org_id
+FROM (SELECT c.org_id, min(pg_snapshot_xmin(c.snapshot)) AS xmin
+      FROM counted c WHERE c.snapshot IS NOT NULL GROUP BY c.org_id) o
+CROSS JOIN LATERAL (  -- per org, an index range: the memories created since its oldest count
+    SELECT 1 FROM entities e
+    WHERE e.org_id = o.org_id AND e.created_xid >= o.xmin AND e.scope IN ('project', 'org')
+      AND NOT EXISTS (
+          SELECT 1 FROM counted c
+          WHERE c.org_id = e.org_id
+            AND c.audience = CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}'
+                                  ELSE e.project_id END)
+    ORDER BY e.created_xid DESC
+    LIMIT 1) unrowed
 UNION
 SELECT o.id
 FROM orgs o
@@ -420,6 +456,44 @@ async def due_orgs(conn: AsyncConnection, orgs: Sequence[str] | None = None) -> 
     return [r.org_id for r in await conn.execute(DUE_ORGS_SQL, params)]
 
 
+@dataclass(frozen=True)
+class Recount:
+    """What recounting one org did: ``audiences`` stamped fresh and their ``documents`` (0, 0
+    when it failed), its wall time in ``seconds``, and ``error`` (the exception's class name;
+    None when it succeeded)."""
+
+    audiences: int
+    documents: int
+    seconds: float
+    error: str | None = None
+
+
+async def recount(
+    engine: AsyncEngine,
+    org_ids: Sequence[str],
+    *,
+    arm_wait_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Recount]:
+    """:func:`refresh` each of ``org_ids`` on ``engine`` (one connection each; an org that
+    fails is reported and the next one counted), then ``VACUUM (ANALYZE)`` the statistics
+    tables once when any org was stamped. ``engine`` should carry no statement timeout;
+    ``clock`` (seconds) times each org."""
+    out: dict[str, Recount] = {}
+    for org_id in org_ids:
+        started = clock()
+        try:
+            async with engine.connect() as conn:
+                audiences, documents = await refresh(conn, org_id=org_id, arm_wait_s=arm_wait_s)
+            out[org_id] = Recount(audiences, documents, clock() - started)
+        except Exception as exc:
+            out[org_id] = Recount(0, 0, clock() - started, type(exc).__name__)
+    if any(r.error is None for r in out.values()):
+        async with engine.connect() as conn:
+            await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+    return out
+
+
 def audiences_of(scope: str, project_id: str | None) -> list[str]:
     """The audience a memory of ``scope`` belongs to (none for a private one)."""
     if scope == "org":
@@ -435,15 +509,17 @@ async def retire(
     org_id: str,
     audiences: Sequence[str],
     entity_id: str | None = None,
+    moved_in: bool = False,
 ) -> None:
     """Mark ``audiences`` of ``org_id`` not fresh (same transaction as the write that changed a
     row they count): an armed one always; a fresh one unless ``entity_id`` (the written memory,
     still stored) was created by a transaction its count's snapshot does not see (in none of its
-    counts). Without ``entity_id`` (or when either side is unknown), every one."""
+    counts). Without ``entity_id`` (or when either side is unknown), every one. ``moved_in``:
+    the memory moves into these audiences; one with no row yet gets a row, not fresh."""
     if audiences:
         p = {"org_id": org_id, "audiences": sorted(set(audiences)), "entity_id": entity_id}
         await conn.execute(RETIRE_LOCK_SQL, p)
-        await conn.execute(RETIRE_SQL, p)
+        await conn.execute(RETIRE_INTO_SQL if moved_in else RETIRE_SQL, p)
 
 
 async def lookup(

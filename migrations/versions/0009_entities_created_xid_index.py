@@ -8,6 +8,11 @@ memory of the database (146 ms a look at the 200k benchmark without it). A plain
 ``CREATE INDEX``: writes to ``entities`` wait while it is built (about a second per million
 memories here).
 
+Also marks not fresh every audience counted without a snapshot (stamped before 0008, or holding
+a restored dump's ids): the refresher cannot tell which of their memories were created since
+(an adversarial review), so each is recounted once; a recount stamps the snapshot again where
+it can.
+
 Revision ID: 0009
 Revises: 0008
 Create Date: 2026-12-01 00:30:00
@@ -25,6 +30,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.create_index("ix_entities_created_xid", "entities", ["org_id", "created_xid"])
+    op.execute("UPDATE term_audiences SET fresh = false WHERE counted_snapshot IS NULL")
 
 
 def downgrade() -> None:
