@@ -133,3 +133,54 @@ async def test_oversized_streamed_body_is_413(client, key):
     )
     assert r.status_code == 413, r.text
     assert r.json() == {"detail": "Request body is larger than 8388608 bytes"}
+
+
+@pytest.mark.parametrize("depth", [65, 300])
+async def test_metadata_nested_too_deep_is_422_and_writes_nothing(engine, client, depth):
+    """Metadata nested 280-300 levels deep was stored, answered 500 (the response's serializer
+    recursed too deep; a retrying client made duplicates) and every later read of the memory was
+    a 500 (a new-user trial). Now a create or an edit deeper than 64 levels is a 422 that
+    writes nothing, and 64 levels are stored and read back."""
+    from app.domain.write_schemas import METADATA_MAX_DEPTH
+
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+
+    def nested(levels: int) -> str:
+        return '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+    created = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        headers={"Content-Type": "application/json"},
+        content='{"id": "deep", "type": "note", "name": "n", "project": "p1", "metadata": '
+        + nested(depth)
+        + "}",
+    )
+    assert created.status_code == 422, created.text
+    assert created.json()["errors"][0]["loc"] == ["body", "metadata"]
+    assert answer(await call(client, "GET", "/api/entities/deep", ann))[0] == 404
+    edited = await call(
+        client,
+        "PATCH",
+        "/api/entities/n1",
+        ann,
+        headers={"Content-Type": "application/json"},
+        content='{"metadata": ' + nested(depth) + "}",
+    )
+    assert edited.status_code == 422, edited.text
+    assert (await call(client, "GET", "/api/entities/n1", ann)).json()["revision"] == 1
+
+    deepest = json.loads(nested(METADATA_MAX_DEPTH))
+    ok = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        json={"id": "deep_ok", "type": "note", "name": "n", "project": "p1", "metadata": deepest},
+    )
+    assert ok.status_code == 201, ok.text
+    got = await call(client, "GET", "/api/entities/deep_ok", ann)
+    assert got.status_code == 200 and got.json()["metadata"] == deepest

@@ -347,3 +347,23 @@ async def test_an_entity_in_an_unknown_org_names_the_org(engine, tmp_path):
     with pytest.raises(ndjson.ImportError_) as err:
         await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, [rec])))
     assert (err.value.line, err.value.reason) == (1, "org 'org_nowhere' does not exist")
+
+
+async def test_an_import_refuses_metadata_the_api_refuses(engine, tmp_path):
+    """The importer's records take metadata through the API's rule (finite numbers, at most 64
+    levels): a deeper one is refused on its line and nothing of the file is written."""
+    org, sfx = "org_meta_" + secrets.token_hex(3), secrets.token_hex(3)
+    records = sample(org, sfx)
+    deep: dict = {}
+    for _ in range(100):
+        deep = {"a": deep}
+    records.insert(
+        5,
+        {"kind": "entity", "org": org, "id": "deep", "type": "note", "name": "n", "metadata": deep},
+    )
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
+    assert err.value.line == 6 and "nesting deeper than 64" in str(err.value)
+    async with engine.connect() as conn:
+        n = await conn.execute(text("SELECT count(*) FROM entities WHERE org_id = :o"), {"o": org})
+        assert n.scalar_one() == 0

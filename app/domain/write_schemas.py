@@ -23,22 +23,36 @@ Visibility = Literal["private", "org"]
 KeyScope = Literal["read", "write", "admin"]
 
 
-def _finite(value: Any) -> bool:
-    """True when no number inside ``value`` is NaN or infinite (jsonb cannot store them)."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(item) for item in value.values())
-    if isinstance(value, list):
-        return all(_finite(item) for item in value)
-    return True
+METADATA_MAX_DEPTH = 64
+"""The deepest nesting of objects and arrays a memory's ``metadata`` may hold (the object
+itself is level 1). Deeper JSON was stored and then failed every read of the memory with a 500
+(its serializer recursed too deep; a new-user trial, 2026-12-01)."""
+
+
+def _json_fault(value: Any) -> str | None:
+    """Why ``value`` cannot be stored as a memory's metadata (None: it can): a NaN or infinite
+    number (jsonb cannot store them), or nesting deeper than :data:`METADATA_MAX_DEPTH`.
+    Iterative, so no input can exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "numbers must be finite (no NaN or Infinity)"
+        if isinstance(item, dict | list):
+            if depth > METADATA_MAX_DEPTH:
+                return f"nesting deeper than {METADATA_MAX_DEPTH} levels of objects and arrays"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 def _json_numbers(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` unchanged; a validation error (422) when it holds NaN or an infinity, which
-    Python's JSON reader accepts (``NaN``, ``Infinity``, ``1e400``) but JSON and jsonb do not."""
-    if not _finite(value):
-        raise ValueError("numbers must be finite (no NaN or Infinity)")
+    Python's JSON reader accepts (``NaN``, ``Infinity``, ``1e400``) but JSON and jsonb do not,
+    or nests deeper than :data:`METADATA_MAX_DEPTH` levels."""
+    fault = _json_fault(value)
+    if fault:
+        raise ValueError(fault)
     return value
 
 

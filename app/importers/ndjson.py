@@ -59,6 +59,7 @@ from app.domain.memories import (
     unchanged,
 )
 from app.domain.validation import BAD_TEXT, stored_relationship
+from app.domain.write_schemas import JsonObject
 from app.repo import communities as community_repo
 from app.repo import term_stats, writes
 
@@ -129,7 +130,7 @@ class EntityRec(_Rec):
     scope: Literal["project", "private", "org"] | None = None
     owner: IdStr | None = None
     lifecycle: Literal["active", "superseded", "retired"] = "active"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     spans: list[SpanRec] | None = None
 
 
