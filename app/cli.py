@@ -4,6 +4,7 @@ it the embedded PostgreSQL in the project's data folder is started and used."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
+import pydantic
 import typer
 from sqlalchemy import text
 
@@ -295,7 +297,30 @@ def serve(
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
     # No access log: a line per request cost more than a short walk (issue 15); errors still log.
+    _service_log()
     uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=False)
+
+
+class _UvicornStyle(logging.Formatter):
+    """``INFO:     message``, as uvicorn prints its own lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{(record.levelname + ':').ljust(9)} {record.getMessage()}"
+        if record.exc_info:  # a 500's traceback (app/api/app.py) stays in the log
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _service_log() -> None:
+    """The service's own log lines (``sibyl_pg.*``: the statistics refresher's recounts, errors)
+    on standard error at INFO, in uvicorn's format, as the server's own lines are."""
+    logger = logging.getLogger("sibyl_pg")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(_UvicornStyle())
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 @cli.command("mcp")
@@ -576,6 +601,14 @@ def main() -> None:
     status 2, not a traceback."""
     try:
         cli()
+    except pydantic.ValidationError as error:
+        if error.title != "Settings":
+            raise
+        for fault in error.errors():  # a bad SIBYL_* variable: one line each, not a traceback
+            name = str(fault["loc"][0]) if fault["loc"] else "?"
+            variable = "DATABASE_URL" if name == "database_url" else f"SIBYL_{name.upper()}"
+            sys.stderr.write(f"sibyl-pg: {variable}: {fault['msg']}\n")
+        raise SystemExit(2) from None
     except Exception as error:
         reason = _database_fault(error)
         if reason is None:

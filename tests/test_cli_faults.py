@@ -13,8 +13,10 @@ import pytest
 from app.core.db import with_database
 
 
-def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": url}
+def _cli(
+    url: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}), "DATABASE_URL": url}
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
         env=env,
@@ -39,3 +41,23 @@ def test_a_refused_connection_is_one_line_not_a_traceback() -> None:
     done = _cli("postgresql://postgres@127.0.0.1:1/x", "keys", "list")
     assert done.returncode == 2, done.stderr
     assert "cannot use the database" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("abc", "valid number"),
+        ("nan", "finite number"),
+        ("-1", "greater than or equal to 0"),
+        ("0.001", "0 (off) or at least 1 second"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_its_variable(database_url: str, value, says) -> None:
+    """A bad ``SIBYL_*`` value printed a 50-line pydantic traceback with exit status 1, even
+    for a command that does not use it (a new-user trial, 2026-12-01)."""
+    bad = _cli(database_url, "keys", "list", env={"SIBYL_STATS_REFRESH_S": value})
+    assert bad.returncode == 2, bad.stderr
+    assert bad.stderr.startswith("sibyl-pg: SIBYL_STATS_REFRESH_S: ") and says in bad.stderr
+    assert "Traceback" not in bad.stderr and len(bad.stderr.splitlines()) == 1
+    ok = _cli(database_url, "keys", "list", env={"SIBYL_STATS_REFRESH_S": "30"})
+    assert ok.returncode == 0, ok.stderr

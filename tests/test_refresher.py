@@ -338,3 +338,29 @@ async def test_a_memory_whose_creator_was_still_running_at_the_count_makes_its_o
     assert await _due(engine, t.org)
     await term_stats.refresh_orgs(engine, [t.org])
     assert not await _due(engine, t.org)
+
+
+async def test_shutdown_ends_a_tick_in_the_middle_of_a_recount(engine, monkeypatch):
+    """Cancelling the refresher while it recounts an org (a statement of the count running)
+    ends the task: the recount is not reported as the org's failure and the next org is not
+    started."""
+    t = await Team().load(engine)
+    started = asyncio.Event()
+    calls: list[str] = []
+
+    async def slow_refresh(conn, *, org_id, arm_wait_s=None):
+        calls.append(org_id)
+        started.set()
+        await conn.execute(text("SELECT pg_sleep(30)"))
+        return (0, 0)
+
+    async def due(conn, orgs=None):
+        return [t.org, t.org + "_next"]
+
+    monkeypatch.setattr(term_stats, "refresh", slow_refresh)
+    monkeypatch.setattr(term_stats, "due_orgs", due)
+    context = refresher.lifespan(engine, 1.0)
+    await context.__aenter__()
+    await asyncio.wait_for(started.wait(), timeout=30)
+    await asyncio.wait_for(context.__aexit__(None, None, None), timeout=20)
+    assert calls == [t.org]

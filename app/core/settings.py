@@ -20,7 +20,7 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
   word statistics are out of date and recounts them (default 60; 0: never, then only
-  ``sibyl-pg stats refresh`` does; see :mod:`app.domain.refresher`).
+  ``sibyl-pg stats refresh`` does; else 1 to 86400; see :mod:`app.domain.refresher`).
 - ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
   ``*``: any), the MCP transport's DNS-rebinding check.
 """
@@ -30,7 +30,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -41,6 +41,13 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SIBYL_", extra="ignore")
 
+    @field_validator("stats_refresh_s")
+    @classmethod
+    def _whole_seconds_or_off(cls, value: float) -> float:
+        if 0 < value < 1:  # a near-zero interval would run the refresher's look without pause
+            raise ValueError("must be 0 (off) or at least 1 second")
+        return value
+
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path = PROJECT_ROOT / ".data"
     peps_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "peps"
@@ -50,7 +57,7 @@ class Settings(BaseSettings):
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
-    stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400)
+    stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
     mcp_allowed_hosts: str = ""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     # connections of each pool: the service's, and REST expand's own one-statement pool

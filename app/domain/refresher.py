@@ -58,6 +58,19 @@ SELECT pg_advisory_unlock(hashtext('sibyl-pg'), hashtext('term_stats.refresher')
 )
 
 
+def _cancelling() -> bool:
+    """Whether the running task was asked to stop (even if a lower layer swallowed the
+    CancelledError, e.g. as a database error of the statement it cut)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def exc_line(exc: BaseException) -> str:
+    """One line for a log: the exception's class and the first line of its message."""
+    first = str(exc).strip().splitlines()[:1]
+    return f"{type(exc).__name__}: {first[0][:200]}" if first else type(exc).__name__
+
+
 class Refresher:
     """Recounts the search statistics of the orgs that are due, at most every ``interval_s``
     seconds (see the module docstring), on an engine of its own to ``engine``'s database (no
@@ -137,11 +150,12 @@ class Refresher:
                 try:
                     done = await self.tick()
                 except Exception as exc:  # a failed tick must not stop the next one...
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
+                    if _cancelling():
                         raise  # ... but a cancelled one ends the loop
-                    log.warning("search statistics refresh failed: %s", type(exc).__name__)
+                    log.warning("search statistics refresh failed: %s", exc_line(exc))
                     continue
+                if _cancelling():  # a cancel swallowed below (a statement cut mid-way) ends it
+                    raise asyncio.CancelledError
                 for org_id, r in done.items():
                     if r.error:
                         log.warning("search statistics of %s not recounted: %s", org_id, r.error)

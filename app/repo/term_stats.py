@@ -487,6 +487,9 @@ async def recount(
                 audiences, documents = await refresh(conn, org_id=org_id, arm_wait_s=arm_wait_s)
             out[org_id] = Recount(audiences, documents, clock() - started)
         except Exception as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # cancelled mid-statement (seen as a database error): stop, not next org
             out[org_id] = Recount(0, 0, clock() - started, type(exc).__name__)
     if any(r.error is None for r in out.values()):
         async with engine.connect() as conn:
