@@ -16,6 +16,7 @@ from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import search
 from app.mcp.server import build_mcp, fixed_key
+from app.repo import term_stats
 from app.repo.readers import reader_by_user
 from tests.builders import (
     hidden_stuffing,
@@ -24,6 +25,7 @@ from tests.builders import (
     memory_record,
     org_records,
 )
+from tests.team import Team, call
 
 SECTION = " ".join(f"filler{i}" for i in range(170))  # ~1400 characters of unmatched words
 
@@ -694,3 +696,19 @@ async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(en
         [_ent(org, sfx, "h_bob", "Hidden", "xyzzyq reefs xyzzyq", scope="private", owner="bob")],
     )
     assert await ids("reefs xyzzyq") == alone
+
+
+async def test_filters_say_which_words_the_full_text_lane_used(engine, client):
+    """``filters.words``: the query's words the full-text lane looked for, rarest first; with
+    counted weights, an empty list for a query of stop words only (it finds nothing, and now
+    says why)."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+    ann = await t.key(engine, "ann")
+    r = await call(client, "POST", "/api/search", ann, json={"query": "the of and"})
+    assert r.status_code == 200, r.text
+    assert r.json()["filters"]["word_weights"] == "counts"
+    assert r.json()["results"] == [] and r.json()["filters"]["words"] == []
+    r = await call(client, "POST", "/api/search", ann, json={"query": "The zebra of Kelp"})
+    assert r.status_code == 200, r.text
+    assert sorted(r.json()["filters"]["words"]) == ["kelp", "zebra"]

@@ -481,6 +481,9 @@ async def search(
         # which weights the words had: the reader's audience counts, or the fixed English
         # frequencies (never counted, or an audience stale since a write: docs/search.md)
         "word_weights": "counts" if scoring.counted else "fallback",
+        # the words the full-text lane used, rarest first (stemmed and stop words dropped by
+        # the database); empty: the query had none (only stop words), so only the exact lane ran
+        "words": [w for w, _ in weighted],
         "scan_words": {
             "names": SCAN.names,
             "breadcrumbs": SCAN.breadcrumbs,

@@ -103,7 +103,8 @@ def words(
     """The query's words with their weights, rarest first: at most :data:`MAX_WORDS`, each once;
     an empty list when ``text`` holds no word. Weights from ``stats`` (the reader's counts, which
     hold every word of ``text``: a word absent from them is a stop word, weight 0), else the
-    fallback :func:`weight`. A word no document holds (``df`` 0 in ``stats``, or listed in
+    fallback :func:`weight` (with counts, a query of stop words only keeps none). A word no
+    document holds (``df`` 0 in ``stats``, or listed in
     ``unheld``: with the fallback, what the caller found no readable row to hold) goes after the
     others, whatever its weight: the candidate scans look for the first words."""
     seen: dict[str, float] = {}
@@ -120,5 +121,8 @@ def words(
     # the scans look for (one misspelt word emptied a whole query; a new-user trial, 2026-11-30)
     last = set(unheld) | {w for w in seen if stats is not None and stats.df.get(w) == 0}
     ranked = sorted(seen.items(), key=lambda kv: (kv[0] in last, -kv[1], order[kv[0]]))
-    kept = [kv for kv in ranked if kv[1] >= MIN_WEIGHT] or ranked[:1]
+    # with counts, a stop word (no lexeme: absent from them) can match nothing: never kept
+    kept = [kv for kv in ranked if kv[1] >= MIN_WEIGHT] or [
+        kv for kv in ranked[:1] if stats is None or kv[0] in stats.df
+    ]
     return kept[:MAX_WORDS]
