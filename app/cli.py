@@ -219,19 +219,30 @@ def stats_refresh(
     from app.repo import term_stats
     from app.repo.communities import org_ids
 
-    async def go() -> dict[str, tuple[int, int]]:
+    async def go() -> dict[str, tuple[int, int, int]]:
         engine = make_engine()
         try:
             async with engine.connect() as conn:
                 known = await org_ids(conn)
             if org is not None and org not in known:
                 raise _err(f"no such org: {org}")
-            return await term_stats.refresh_orgs(engine, [org] if org else known)
+            done = await term_stats.refresh_orgs(engine, [org] if org else known)
+            async with engine.connect() as conn:
+                return {
+                    o: (*n, await term_stats.stale_audiences(conn, org_id=o))
+                    for o, n in done.items()
+                }
         finally:
             await engine.dispose()
 
-    for org_id, (audiences, documents) in asyncio.run(go()).items():
-        typer.echo(f"{org_id}: {documents} documents in {audiences} audiences")
+    for org_id, (audiences, documents, stale) in asyncio.run(go()).items():
+        line = f"{org_id}: {documents} documents in {audiences} audiences"
+        if stale:  # writes (or a refresh that overlapped) took them over during the count
+            line += (
+                f"; {stale} audiences left stale by writes during the count"
+                " (run it again, or let the server's refresher count them)"
+            )
+        typer.echo(line)
 
 
 REBUILD_ATTEMPTS = 3

@@ -61,3 +61,8 @@ def test_a_bad_setting_is_one_line_naming_its_variable(database_url: str, value,
     assert "Traceback" not in bad.stderr and len(bad.stderr.splitlines()) == 1
     ok = _cli(database_url, "keys", "list", env={"SIBYL_STATS_REFRESH_S": "30"})
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_setting_set_but_empty_takes_its_default(database_url: str) -> None:
+    done = _cli(database_url, "keys", "list", env={"SIBYL_WALK_HOP_CAP": ""})
+    assert done.returncode == 0, done.stderr

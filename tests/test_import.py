@@ -364,6 +364,18 @@ async def test_an_import_refuses_metadata_the_api_refuses(engine, tmp_path):
     with pytest.raises(ndjson.ImportError_) as err:
         await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
     assert err.value.line == 6 and "nesting deeper than 64" in str(err.value)
+    assert "entity.metadata of 'deep':" in str(err.value)  # the line's id, as every error
     async with engine.connect() as conn:
         n = await conn.execute(text("SELECT count(*) FROM entities WHERE org_id = :o"), {"o": org})
         assert n.scalar_one() == 0
+
+
+def test_a_line_nested_beyond_the_json_reader_is_one_error_not_a_traceback(tmp_path):
+    """A line nested ~1,000 levels deep made ``sibyl-pg import`` print a RecursionError
+    traceback (a breaker trial); it is the line's error like any other unreadable JSON."""
+    line = '{"kind": "entity", "id": "d", "metadata": {"k": ' + "[" * 5000 + "]" * 5000 + "}}"
+    path = tmp_path / "deep.ndjson"
+    path.write_text(line + "\n")
+    with pytest.raises(ndjson.ImportError_) as err:
+        list(ndjson.read_file(path))
+    assert err.value.line == 1 and "not valid JSON" in str(err.value)

@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 
 import httpx
 from sqlalchemy import text
@@ -364,3 +366,24 @@ async def test_shutdown_ends_a_tick_in_the_middle_of_a_recount(engine, monkeypat
     await asyncio.wait_for(started.wait(), timeout=30)
     await asyncio.wait_for(context.__aexit__(None, None, None), timeout=20)
     assert calls == [t.org]
+
+
+async def test_failed_ticks_back_off(engine, monkeypatch):
+    """With the database gone every tick fails: the refresher waits 2, 4, ... intervals between
+    tries instead of logging a failure every interval (a breaker trial: a line a second)."""
+    tries: list[float] = []
+
+    async def failing(self: Refresher) -> dict:
+        tries.append(asyncio.get_running_loop().time())
+        raise OSError("database gone")
+
+    monkeypatch.setattr(Refresher, "tick", failing)
+    task = asyncio.create_task(Refresher(engine, interval_s=0.02).run())
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    # without backoff ~50 tries; with it 0.02 + 0.04 + 0.08 + 0.16 + 0.32 + 0.64 > 1 s: ≤ 6
+    assert 2 <= len(tries) <= 6
+    gaps = [b - a for a, b in itertools.pairwise(tries)]
+    assert all(later > earlier for earlier, later in itertools.pairwise(gaps))

@@ -39,7 +39,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 class Settings(BaseSettings):
     """Typed view of the environment; see the module docstring for each variable."""
 
-    model_config = SettingsConfigDict(env_prefix="SIBYL_", extra="ignore")
+    # a variable set but empty (`SIBYL_WALK_HOP_CAP=`) counts as unset: its default applies
+    model_config = SettingsConfigDict(env_prefix="SIBYL_", extra="ignore", env_ignore_empty=True)
 
     @field_validator("stats_refresh_s")
     @classmethod

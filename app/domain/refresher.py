@@ -18,8 +18,9 @@ never short of a connection); an org is recounted at most once per max(interval,
 :data:`GAP_FACTOR` × its last recount's duration), so a large org's recount takes at most about
 a tenth of a core; an org whose recount fails (its writes left no gap for :data:`ARM_WAIT_S`,
 it was deleted) is logged and tried again after the interval, without holding the other orgs
-back; a failed tick (database down) is logged and retried at the next one; cancelling the task
-(shutdown) ends it at once, mid-recount included (a recount cut short stamps nothing).
+back; a failed tick (database down) is logged and retried after 2, 4, ... 32 intervals;
+cancelling the task (shutdown) ends it at once, mid-recount included (a recount cut short
+stamps nothing).
 Statistics are read only from audiences a reader may read: the refresher changes when counts
 are current, never whose rows they count.
 """
@@ -39,6 +40,8 @@ from app.repo import term_stats
 
 log = logging.getLogger("sibyl_pg.refresher")
 
+MAX_BACKOFF = 32
+"""After consecutive failed ticks the refresher waits 2, 4, ... up to this many intervals."""
 GAP_FACTOR = 10.0
 """An org is recounted at most once per this many times its last recount's duration."""
 ARM_WAIT_S = 5.0
@@ -143,17 +146,26 @@ class Refresher:
 
     async def run(self) -> None:
         """Tick every ``interval_s`` seconds until cancelled; a failed tick is logged and the
-        next one tried; its own engine is disposed on the way out."""
+        next one tried after 2, 4, ... up to :data:`MAX_BACKOFF` intervals; its own engine is
+        disposed on the way out."""
+        failures = 0
         try:
             while True:
-                await asyncio.sleep(self.interval_s)
+                # after failed ticks (the database down or gone) wait longer: 2, 4, ... 32 ×
+                await asyncio.sleep(self.interval_s * min(2**failures, MAX_BACKOFF))
                 try:
                     done = await self.tick()
                 except Exception as exc:  # a failed tick must not stop the next one...
                     if _cancelling():
                         raise  # ... but a cancelled one ends the loop
-                    log.warning("search statistics refresh failed: %s", exc_line(exc))
+                    failures += 1
+                    log.warning(
+                        "search statistics refresh failed (next try in %.0f s): %s",
+                        self.interval_s * min(2**failures, MAX_BACKOFF),
+                        exc_line(exc),
+                    )
                     continue
+                failures = 0
                 if _cancelling():  # a cancel swallowed below (a statement cut mid-way) ends it
                     raise asyncio.CancelledError
                 for org_id, r in done.items():

@@ -251,12 +251,16 @@ def parse_line(line_no: int, raw: str) -> Record | None:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ImportError_(line_no, f"not valid JSON ({exc.msg})") from None
+    except RecursionError:  # a line nested ~1,000 levels deep (a breaker trial: a traceback)
+        raise ImportError_(line_no, "not valid JSON (nested deeper than it can be read)") from None
     try:
         rec = _RECORD.validate_python(obj)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "record"
-        raise ImportError_(line_no, f"{where}: {err['msg']}") from None
+        rid = obj.get("id") if isinstance(obj, dict) else None
+        named = f" of '{rid}'" if isinstance(rid, str) and len(rid) <= 128 else ""
+        raise ImportError_(line_no, f"{where}{named}: {err['msg']}") from None
     _refuse_nul(line_no, rec.model_dump(mode="json"), kind=rec.kind)
     return rec
 

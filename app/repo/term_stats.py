@@ -449,6 +449,17 @@ ORDER BY 1"""
 )
 
 
+STALE_COUNT_SQL = text(
+    """/* sibyl:term_stats.stale_count */
+SELECT count(*) FROM term_audiences WHERE org_id = :org_id AND NOT fresh"""
+)
+
+
+async def stale_audiences(conn: AsyncConnection, *, org_id: str) -> int:
+    """How many audiences of ``org_id`` are not fresh (their readers use the fallback)."""
+    return int((await conn.execute(STALE_COUNT_SQL, {"org_id": org_id})).scalar_one())
+
+
 async def due_orgs(conn: AsyncConnection, orgs: Sequence[str] | None = None) -> list[str]:
     """The orgs (of ``orgs``; None: of every org) whose search statistics are out of date (see
     :data:`DUE_ORGS_SQL`), by id."""
