@@ -355,6 +355,41 @@ async def test_mentions_are_rederived_on_every_body_edit_and_only_to_readable_me
     assert "m" in await neighbor_ids(client, ann, ["pub"])
 
 
+async def test_a_link_inside_code_is_code_not_a_mention(engine, client):
+    """``[[...]]`` in a fenced block or an inline code span (a TOML array of tables, a nested
+    list, a C++ attribute) is code: no mention, no pending link; the same ids written as links
+    outside code are mentions. Two stray backticks in different paragraphs hide nothing."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+
+    async def links_of(src: str) -> tuple[list[str], list[str]]:
+        async with engine.connect() as conn:
+            got = []
+            for table in ("mentions", "pending_links"):
+                rows = await conn.execute(
+                    text(
+                        f"SELECT dst_id FROM {table} WHERE org_id = :o AND src_id = :s"
+                        " ORDER BY dst_id"
+                    ),
+                    {"o": t.org, "s": src},
+                )
+                got.append(list(rows.scalars()))
+            return got[0], got[1]
+
+    code = (
+        "Config:\n\n```toml\n[[n2]]\nname = 'x'\n```\n\n"
+        "Inline `x[[pub]]` and ``[[nope]]`` (RST).\n\nA stray ` here.\n\n"
+        "Then [[shared]] as a link.\n\nAnother stray ` there."
+    )
+    body = {"id": "coded", "type": "note", "name": "C", "project": "p1", "content": code}
+    assert (await call(client, "POST", "/api/entities", ann, json=body)).status_code == 201
+    assert await links_of("coded") == (["shared"], [])
+    plain = code.replace("`", "")  # the same ids, no code: every one a link
+    r = await call(client, "PATCH", "/api/entities/coded", ann, json={"content": plain})
+    assert r.status_code == 200, r.text
+    assert await links_of("coded") == (["n2", "pub", "shared"], ["nope"])
+
+
 async def test_edge_integrity(engine, client):
     t = await Team().load(engine)
     ann = await t.key(engine, "ann")

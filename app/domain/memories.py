@@ -24,7 +24,9 @@ whichever door it came in by (contract §7, §9). Rules:
 
 from __future__ import annotations
 
+import bisect
 import re
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -73,9 +75,74 @@ class EntityData:
         }
 
 
+_FENCE_LINE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_BACKTICKS = re.compile(r"`+")
+_BLANK_LINE = re.compile(r"\n[ \t]*\n")
+
+
+def code_regions(text: str) -> list[tuple[int, int]]:
+    """The ``[start, end)`` character ranges of code in a Markdown (or reStructuredText) body,
+    sorted: fenced blocks (a line of 3+ backticks or tildes up to a closing line of the same
+    character, at least as long, or the end; the span cutter's rule) and inline code spans (a run
+    of n backticks up to the next run of exactly n backticks in the same paragraph: ``x`` and
+    RST's ````x````). Linear in the text's length, whatever its backticks."""
+    regions: list[tuple[int, int]] = []
+    pos, fence, start = 0, ("", 0), 0
+    for line in text.splitlines(keepends=True):
+        found = _FENCE_LINE.fullmatch(line.rstrip("\r\n"))
+        if not fence[0]:
+            if found and not (found.group(1)[0] == "`" and "`" in found.group(2)):
+                fence, start = (found.group(1)[0], len(found.group(1))), pos
+        elif (
+            found
+            and found.group(1)[0] == fence[0]
+            and len(found.group(1)) >= fence[1]
+            and not found.group(2).strip()
+        ):
+            regions.append((start, pos + len(line)))
+            fence = ("", 0)
+        pos += len(line)
+    if fence[0]:
+        regions.append((start, len(text)))
+    blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
+    runs = [
+        (m.start(), m.end(), bisect.bisect_right(blanks, m.start()))  # paragraph number
+        for m in _BACKTICKS.finditer(text)
+        if not _inside(regions, m.start())
+    ]
+    closer: list[int | None] = [None] * len(runs)  # the next run of the same length, paragraph
+    last: dict[tuple[int, int], int] = {}
+    for i in range(len(runs) - 1, -1, -1):
+        key = (runs[i][1] - runs[i][0], runs[i][2])
+        closer[i] = last.get(key)
+        last[key] = i
+    i = 0
+    while i < len(runs):
+        j = closer[i]
+        if j is None:
+            i += 1
+            continue
+        regions.append((runs[i][0], runs[j][1]))
+        i = j + 1
+    return sorted(regions)
+
+
+def _inside(regions: list[tuple[int, int]], at: int) -> bool:
+    """Whether ``at`` lies in one of the sorted, non-overlapping ``regions``."""
+    k = bisect.bisect_right(regions, (at, sys.maxsize)) - 1
+    return k >= 0 and regions[k][0] <= at < regions[k][1]
+
+
 def links(content: str) -> list[str]:
-    """Distinct ``[[entity_id]]`` link targets of ``content``, in order of first appearance."""
-    return list(dict.fromkeys(LINK_RE.findall(content)))
+    """Distinct ``[[entity_id]]`` link targets of ``content``, in order of first appearance;
+    a ``[[...]]`` inside code (:func:`code_regions`) is code, not a link: a TOML array of tables
+    (``[[packages]]``), a nested list (``x[[0]]``) or a C++ attribute in a sample made pending
+    links on the PEPs, and would have made MENTIONS edges to any memory with that id."""
+    if "[[" not in content:
+        return []
+    regions = code_regions(content)
+    found = (m for m in LINK_RE.finditer(content) if not _inside(regions, m.start()))
+    return list(dict.fromkeys(m.group(1) for m in found))
 
 
 def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
