@@ -208,3 +208,12 @@ def hidden_stuffing(org: str, sfx: str, stuffing: str, **extra: Any) -> list[dic
         for i in range(10)
     ]
     return out
+
+
+async def audience_freshness(engine: AsyncEngine, org: str) -> dict[str, bool]:
+    """The search statistics' audiences of ``org`` and whether each is fresh."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT audience, fresh FROM term_audiences WHERE org_id = :o"), {"o": org}
+        )
+        return {r.audience: r.fresh for r in rows}

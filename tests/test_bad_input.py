@@ -83,6 +83,37 @@ async def test_oversized_body_is_413(client, key):
     assert r.status_code == 413 and "detail" in r.json()
 
 
+async def _metadata_refused(client, key: str, metadata: str) -> str:
+    """POST a memory with ``metadata`` (raw JSON text) and PATCH ``n1``'s to it: both a 422 on
+    ``body.metadata`` that writes nothing (no memory made, ``n1`` still at revision 1); returns
+    the create's response text."""
+    headers = {"Content-Type": "application/json"}
+    created = await call(
+        client,
+        "POST",
+        "/api/entities",
+        key,
+        headers=headers,
+        content='{"id": "meta_bad", "type": "note", "name": "n", "project": "p1", "metadata": '
+        + metadata
+        + "}",
+    )
+    assert created.status_code == 422, created.text
+    assert created.json()["errors"][0]["loc"] == ["body", "metadata"]
+    assert answer(await call(client, "GET", "/api/entities/meta_bad", key))[0] == 404
+    edited = await call(
+        client,
+        "PATCH",
+        "/api/entities/n1",
+        key,
+        headers=headers,
+        content='{"metadata": ' + metadata + "}",
+    )
+    assert edited.status_code == 422, edited.text
+    assert (await call(client, "GET", "/api/entities/n1", key)).json()["revision"] == 1
+    return created.text
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
 async def test_non_finite_numbers_in_metadata_are_422_and_write_nothing(engine, client, number):
     """Python's JSON reader takes NaN, Infinity and 1e400 (→ inf) as numbers; jsonb refuses
@@ -90,31 +121,8 @@ async def test_non_finite_numbers_in_metadata_are_422_and_write_nothing(engine, 
     database (a 500), on create or on edit."""
     t = await Team().load(engine)
     ann = await t.key(engine, "ann")
-    headers = {"Content-Type": "application/json"}
-    created = await call(
-        client,
-        "POST",
-        "/api/entities",
-        ann,
-        headers=headers,
-        content='{"id": "meta_nf", "type": "note", "name": "n", "project": "p1",'
-        f' "metadata": {{"a": [1, {{"secret_b": {number}}}]}}}}',
-    )
-    assert created.status_code == 422, created.text
-    assert created.json()["errors"][0]["loc"] == ["body", "metadata"]
-    assert "secret_b" not in created.text
-    assert answer(await call(client, "GET", "/api/entities/meta_nf", ann))[0] == 404
-
-    edited = await call(
-        client,
-        "PATCH",
-        "/api/entities/n1",
-        ann,
-        headers=headers,
-        content=f'{{"metadata": {{"score": {number}}}}}',
-    )
-    assert edited.status_code == 422, edited.text
-    assert (await call(client, "GET", "/api/entities/n1", ann)).json()["revision"] == 1
+    text = await _metadata_refused(client, ann, f'{{"a": [1, {{"secret_b": {number}}}]}}')
+    assert "secret_b" not in text
 
 
 async def test_oversized_streamed_body_is_413(client, key):
@@ -149,30 +157,7 @@ async def test_metadata_nested_too_deep_is_422_and_writes_nothing(engine, client
     def nested(levels: int) -> str:
         return '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
 
-    created = await call(
-        client,
-        "POST",
-        "/api/entities",
-        ann,
-        headers={"Content-Type": "application/json"},
-        content='{"id": "deep", "type": "note", "name": "n", "project": "p1", "metadata": '
-        + nested(depth)
-        + "}",
-    )
-    assert created.status_code == 422, created.text
-    assert created.json()["errors"][0]["loc"] == ["body", "metadata"]
-    assert answer(await call(client, "GET", "/api/entities/deep", ann))[0] == 404
-    edited = await call(
-        client,
-        "PATCH",
-        "/api/entities/n1",
-        ann,
-        headers={"Content-Type": "application/json"},
-        content='{"metadata": ' + nested(depth) + "}",
-    )
-    assert edited.status_code == 422, edited.text
-    assert (await call(client, "GET", "/api/entities/n1", ann)).json()["revision"] == 1
-
+    await _metadata_refused(client, ann, nested(depth))
     deepest = json.loads(nested(METADATA_MAX_DEPTH))
     ok = await call(
         client,

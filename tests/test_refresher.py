@@ -24,6 +24,7 @@ from app.domain.refresher import Refresher
 from app.domain.search import weigh
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
+from tests.builders import audience_freshness
 from tests.team import Team, call
 
 
@@ -199,12 +200,7 @@ async def test_a_memory_moved_into_an_audience_retires_it_even_one_with_no_row(e
     assert (await _fresh(engine, t.org))["p2"] is True and not await _due(engine, t.org)
 
 
-async def _fresh(engine, org: str) -> dict[str, bool]:
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            text("SELECT audience, fresh FROM term_audiences WHERE org_id = :o"), {"o": org}
-        )
-        return {r.audience: r.fresh for r in rows}
+_fresh = audience_freshness
 
 
 async def test_each_audience_is_checked_against_its_own_snapshot(engine, client):

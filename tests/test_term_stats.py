@@ -23,6 +23,7 @@ from app.domain.search import weigh
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
 from tests.builders import (
+    audience_freshness,
     hidden_stuffing,
     import_dicts,
     make_key,
@@ -148,12 +149,7 @@ async def test_two_readers_of_the_same_audiences_see_the_same_ranks(engine, clie
     assert (await _weights(engine, cat, "kelp"))[0] != (await _weights(engine, cat_p2, "kelp"))[0]
 
 
-async def _fresh(engine, org: str) -> dict[str, bool]:
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            text("SELECT audience, fresh FROM term_audiences WHERE org_id = :o"), {"o": org}
-        )
-        return {r.audience: r.fresh for r in rows}
+_fresh = audience_freshness
 
 
 async def test_a_write_to_a_counted_row_retires_its_audience_until_a_refresh(engine, client):
