@@ -616,8 +616,14 @@ def main() -> None:
         if error.title != "Settings":
             raise
         for fault in error.errors():  # a bad SIBYL_* variable: one line each, not a traceback
-            name = str(fault["loc"][0]) if fault["loc"] else "?"
-            variable = "DATABASE_URL" if name == "database_url" else f"SIBYL_{name.upper()}"
+            name = str(fault["loc"][0]) if fault["loc"] else ""
+            variable = (
+                "settings"
+                if not name
+                else name
+                if name.isupper()  # an alias (DATABASE_URL)
+                else f"SIBYL_{name.upper()}"
+            )
             sys.stderr.write(f"sibyl-pg: {variable}: {fault['msg']}\n")
         raise SystemExit(2) from None
     except Exception as error:

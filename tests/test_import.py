@@ -379,3 +379,12 @@ def test_a_line_nested_beyond_the_json_reader_is_one_error_not_a_traceback(tmp_p
     with pytest.raises(ndjson.ImportError_) as err:
         list(ndjson.read_file(path))
     assert err.value.line == 1 and "not valid JSON" in str(err.value)
+
+
+def test_a_line_with_an_integer_too_long_to_read_is_one_error(tmp_path):
+    line = '{"kind": "entity", "id": "n", "metadata": {"n": ' + "9" * 5000 + "}}"
+    path = tmp_path / "long.ndjson"
+    path.write_text(line + "\n")
+    with pytest.raises(ndjson.ImportError_) as err:
+        list(ndjson.read_file(path))
+    assert err.value.line == 1 and "not valid JSON" in str(err.value)

@@ -75,41 +75,54 @@ class EntityData:
         }
 
 
-_FENCE_LINE = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
+_ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_BLOCK_START = re.compile(r" {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>)")
 _BACKTICKS = re.compile(r"`+")
-_BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 
 def code_regions(text: str) -> list[tuple[int, int]]:
     """The ``[start, end)`` character ranges of code in a Markdown (or reStructuredText) body,
-    sorted: fenced blocks (a line of 3+ backticks or tildes up to a closing line of the same
-    character, at least as long, or the end; the span cutter's rule) and inline code spans (a run
-    of n backticks up to the next run of exactly n backticks in the same paragraph: ``x`` and
-    RST's ````x````). Linear in the text's length, whatever its backticks."""
+    sorted and disjoint: fenced blocks (a line of 3+ backticks or tildes, at any indentation, so
+    inside list items too, up to a closing line of the same character, at least as long, with
+    nothing after it but spaces or tabs, or the end) and inline code spans (a run of n backticks
+    up to the next run of exactly n in the same paragraph: ``x`` and RST's ````x````). A
+    paragraph ends at a blank line, a fence, a heading, a list item or a block quote, so a stray
+    backtick (an apostrophe typed as one) never pairs across them. Lines end at ``\n`` (one
+    ``\r`` before it dropped). Linear in the text's length, whatever its backticks. Not handled
+    (documented): backslash-escaped backticks, indented code blocks, RST literal blocks."""
     regions: list[tuple[int, int]] = []
-    pos, fence, start = 0, ("", 0), 0
-    for line in text.splitlines(keepends=True):
-        found = _FENCE_LINE.fullmatch(line.rstrip("\r\n"))
-        if not fence[0]:
-            if found and not (found.group(1)[0] == "`" and "`" in found.group(2)):
-                fence, start = (found.group(1)[0], len(found.group(1))), pos
-        elif (
-            found
-            and found.group(1)[0] == fence[0]
-            and len(found.group(1)) >= fence[1]
-            and not found.group(2).strip()
-        ):
-            regions.append((start, pos + len(line)))
-            fence = ("", 0)
-        pos += len(line)
-    if fence[0]:
-        regions.append((start, len(text)))
-    blanks = [m.start() for m in _BLANK_LINE.finditer(text)]
-    runs = [
-        (m.start(), m.end(), bisect.bisect_right(blanks, m.start()))  # paragraph number
-        for m in _BACKTICKS.finditer(text)
-        if not _inside(regions, m.start())
-    ]
+    runs: list[tuple[int, int, int]] = []  # backtick runs outside fences: start, end, paragraph
+    paragraph, pos = 0, 0
+    fence_char, fence_len, fence_start = "", 0, 0
+    for raw in text.split("\n"):
+        end = min(pos + len(raw) + 1, len(text))
+        line = raw[:-1] if raw.endswith("\r") else raw
+        found = _FENCE_LINE.fullmatch(line)
+        if fence_char:
+            if (
+                found
+                and found.group(1)[0] == fence_char
+                and len(found.group(1)) >= fence_len
+                and not found.group(2).strip(" \t")
+            ):
+                regions.append((fence_start, end))
+                fence_char, paragraph = "", paragraph + 1
+        elif found and not (found.group(1)[0] == "`" and "`" in found.group(2)):
+            fence_char, fence_len, fence_start = found.group(1)[0], len(found.group(1)), pos
+            paragraph += 1
+        elif not line.strip(" \t"):
+            paragraph += 1
+        else:
+            heading = _ATX_LINE.match(line) is not None
+            if heading or _BLOCK_START.match(line):
+                paragraph += 1
+            runs += [(pos + r.start(), pos + r.end(), paragraph) for r in _BACKTICKS.finditer(line)]
+            if heading:  # a heading is one line: what follows is another paragraph
+                paragraph += 1
+        pos = end
+    if fence_char:
+        regions.append((fence_start, len(text)))
     closer: list[int | None] = [None] * len(runs)  # the next run of the same length, paragraph
     last: dict[tuple[int, int], int] = {}
     for i in range(len(runs) - 1, -1, -1):

@@ -158,7 +158,7 @@ class Refresher:
                 except Exception as exc:  # a failed tick must not stop the next one...
                     if _cancelling():
                         raise  # ... but a cancelled one ends the loop
-                    failures += 1
+                    failures = min(failures + 1, 5)  # 2**5 = MAX_BACKOFF
                     log.warning(
                         "search statistics refresh failed (next try in %.0f s): %s",
                         self.interval_s * min(2**failures, MAX_BACKOFF),

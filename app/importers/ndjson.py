@@ -253,6 +253,8 @@ def parse_line(line_no: int, raw: str) -> Record | None:
         raise ImportError_(line_no, f"not valid JSON ({exc.msg})") from None
     except RecursionError:  # a line nested ~1,000 levels deep (a breaker trial: a traceback)
         raise ImportError_(line_no, "not valid JSON (nested deeper than it can be read)") from None
+    except ValueError:  # an integer of more than 4,300 digits (Python's limit; a review)
+        raise ImportError_(line_no, "not valid JSON (a number too long to read)") from None
     try:
         rec = _RECORD.validate_python(obj)
     except ValidationError as exc:
