@@ -192,7 +192,15 @@ class SearchResponse(BaseModel):
     total: int
     limit: int
     offset: int
-    has_more: bool
+    has_more: bool = Field(
+        description=(
+            "Whether the next page (offset + limit) holds results. With "
+            "filters.candidates_capped true, the ranked list is that of the best candidates the "
+            "cap kept (SIBYL_SEARCH_CANDIDATE_CAP, default 200 rows: about 50-100 memories for a "
+            "common word), so false means no more within them, not no more matches: add rarer "
+            "words, or filter by types or project, to reach the others."
+        )
+    )
     filters: dict[str, Any]
 
 
