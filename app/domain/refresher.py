@@ -171,6 +171,12 @@ class Refresher:
                 for org_id, r in done.items():
                     if r.error:
                         log.warning("search statistics of %s not recounted: %s", org_id, r.error)
+                    elif not r.audiences:  # writes (or another refresh) took them over
+                        log.info(
+                            "search statistics of %s counted, none stamped: writes during the"
+                            " count keep them stale until the next look",
+                            org_id,
+                        )
                     else:
                         log.info(
                             "search statistics of %s recounted: %d documents in %d audiences",
