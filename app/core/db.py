@@ -6,6 +6,7 @@ one snapshot (a slice never mixes two revisions of a memory). Writes run in ``RE
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -163,3 +164,11 @@ async def write_tx(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One read-committed transaction, committed when the block ends without an exception."""
     async with engine.begin() as conn:
         yield conn
+
+
+def cancelling() -> bool:
+    """Whether the running task was asked to stop, even when a lower layer turned the
+    CancelledError into another error (a database driver reports the statement it cut as a
+    failure of its own)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.db import cancelling
 from app.repo import term_stats
 
 log = logging.getLogger("sibyl_pg.refresher")
@@ -59,13 +60,6 @@ TICK_UNLOCK_SQL = text(
     """/* sibyl:term_stats.refresher_unlock */
 SELECT pg_advisory_unlock(hashtext('sibyl-pg'), hashtext('term_stats.refresher'))"""
 )
-
-
-def _cancelling() -> bool:
-    """Whether the running task was asked to stop (even if a lower layer swallowed the
-    CancelledError, e.g. as a database error of the statement it cut)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def exc_line(exc: BaseException) -> str:
@@ -148,25 +142,25 @@ class Refresher:
         """Tick every ``interval_s`` seconds until cancelled; a failed tick is logged and the
         next one tried after 2, 4, ... up to :data:`MAX_BACKOFF` intervals; its own engine is
         disposed on the way out."""
-        failures = 0
+        delay = self.interval_s
         try:
             while True:
-                # after failed ticks (the database down or gone) wait longer: 2, 4, ... 32 ×
-                await asyncio.sleep(self.interval_s * min(2**failures, MAX_BACKOFF))
+                await asyncio.sleep(delay)
                 try:
                     done = await self.tick()
                 except Exception as exc:  # a failed tick must not stop the next one...
-                    if _cancelling():
+                    if cancelling():
                         raise  # ... but a cancelled one ends the loop
-                    failures = min(failures + 1, 5)  # 2**5 = MAX_BACKOFF
+                    # the database down or gone: wait 2, 4, ... MAX_BACKOFF intervals
+                    delay = min(2 * delay, MAX_BACKOFF * self.interval_s)
                     log.warning(
                         "search statistics refresh failed (next try in %.0f s): %s",
-                        self.interval_s * min(2**failures, MAX_BACKOFF),
+                        delay,
                         exc_line(exc),
                     )
                     continue
-                failures = 0
-                if _cancelling():  # a cancel swallowed below (a statement cut mid-way) ends it
+                delay = self.interval_s
+                if cancelling():  # a cancel swallowed below (a statement cut mid-way) ends it
                     raise asyncio.CancelledError
                 for org_id, r in done.items():
                     if r.error:

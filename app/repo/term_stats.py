@@ -373,22 +373,18 @@ async def vacuum(conn: AsyncConnection) -> None:
 async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str, tuple[int, int]]:
     """:func:`refresh` each of ``org_ids`` (three short-or-lockless transactions each, see
     there), then ``VACUUM (ANALYZE)`` the statistics tables it rewrote (fresh planner statistics
-    and visibility map: autovacuum may be off); (audiences, documents) by org. Runs on an engine
-    of its own to the same database, without the service's statement timeout (server- and
+    and visibility map: autovacuum may be off); (audiences, documents) by org. The first org
+    that fails raises its error (:func:`recount` with ``stop_on_error``). Runs on an engine of
+    its own to the same database, without the service's statement timeout (server- and
     client-side: a whole org's vectors are read)."""
     from app.core.db import make_engine
 
     bulk = make_engine(engine.url.render_as_string(hide_password=False))
-    out: dict[str, tuple[int, int]] = {}
     try:
-        for org_id in org_ids:
-            async with bulk.connect() as conn:
-                out[org_id] = await refresh(conn, org_id=org_id)
-        async with bulk.connect() as conn:
-            await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+        done = await recount(bulk, org_ids, stop_on_error=True)
     finally:
         await bulk.dispose()
-    return out
+    return {org_id: (r.audiences, r.documents) for org_id, r in done.items()}
 
 
 # The orgs whose statistics a refresh would change (the automatic refresher's question,
@@ -485,11 +481,14 @@ async def recount(
     *,
     arm_wait_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    stop_on_error: bool = False,
 ) -> dict[str, Recount]:
     """:func:`refresh` each of ``org_ids`` on ``engine`` (one connection each; an org that
-    fails is reported and the next one counted), then ``VACUUM (ANALYZE)`` the statistics
-    tables once when any org was stamped. ``engine`` should carry no statement timeout;
-    ``clock`` (seconds) times each org."""
+    fails is reported and the next one counted, or, with ``stop_on_error``, its error raised),
+    then ``VACUUM (ANALYZE)`` the statistics tables once when any org was stamped. ``engine``
+    should carry no statement timeout; ``clock`` (seconds) times each org."""
+    from app.core.db import cancelling
+
     out: dict[str, Recount] = {}
     for org_id in org_ids:
         started = clock()
@@ -498,9 +497,8 @@ async def recount(
                 audiences, documents = await refresh(conn, org_id=org_id, arm_wait_s=arm_wait_s)
             out[org_id] = Recount(audiences, documents, clock() - started)
         except Exception as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # cancelled mid-statement (seen as a database error): stop, not next org
+            if stop_on_error or cancelling():  # cancelled mid-statement: stop, not next org
+                raise
             out[org_id] = Recount(0, 0, clock() - started, type(exc).__name__)
     if any(r.error is None for r in out.values()):
         async with engine.connect() as conn:
