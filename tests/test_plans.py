@@ -320,6 +320,33 @@ async def test_an_explain_cut_by_the_timeout_leaves_no_prepared_statement(databa
         await one.dispose()
 
 
+async def test_a_cancel_reported_after_prepare_stored_the_statement_leaves_none(database_url):
+    """A name is registered before its PREPARE: one the server stored and one it never did are
+    both settled after the rollback, and the connection stays in the pool (not discarded)."""
+    one = make_engine(database_url, statement_timeout_ms=60_000, settings=_settings(pool_size=1))
+    try:
+        with pytest.raises(RuntimeError):
+            async with explain_repo.rolled_back_read(one) as conn:
+                backend = (await conn.exec_driver_sql("SELECT pg_backend_pid()")).scalar()
+                await conn.exec_driver_sql("PREPARE sibyl_explain_stored AS SELECT 1")
+                conn.info["sibyl_explain_prepared"] |= {
+                    "sibyl_explain_stored",
+                    "sibyl_explain_never_prepared",
+                }
+                raise RuntimeError("cancelled")
+        async with one.connect() as conn:
+            again = (await conn.exec_driver_sql("SELECT pg_backend_pid()")).scalar()
+            left = (
+                await conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'sibyl_explain%'"
+                )
+            ).scalar()
+        assert left == 0
+        assert again == backend, "the connection was kept, not invalidated"
+    finally:
+        await one.dispose()
+
+
 async def test_explain_of_a_walk_matches_a_direct_explain_call(plan_engine, graph):
     """``explain_for_user`` and ``explain`` on a caller's connection report the same statements."""
     body = _ids(graph, {"entity_ids": ["e000100"], "depth": 1})

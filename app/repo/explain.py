@@ -140,13 +140,27 @@ async def rolled_back_read(engine: AsyncEngine) -> AsyncIterator[AsyncConnection
                 await tx.rollback()
         finally:
             leftovers: set[str] = conn.info.pop("sibyl_explain_prepared", set())
-            for name in leftovers:
+            if leftovers:
                 try:
-                    await conn.exec_driver_sql(f"DEALLOCATE {name}")
-                    await conn.rollback()
+                    await _release(conn, sorted(leftovers))
                 except Exception:
                     await conn.invalidate()
-                    break
+
+
+_PREPARED_SQL = """/* sibyl:explain.prepared */
+SELECT name FROM pg_prepared_statements WHERE name = ANY($1::text[])"""
+
+
+async def _release(conn: AsyncConnection, names: Sequence[str]) -> None:
+    """``DEALLOCATE`` those of ``names`` that exist on the session (outside any transaction).
+
+    A name is registered before its ``PREPARE`` is sent, because a cancel (the statement timeout)
+    can be reported after the server stored the statement; so some names may not exist.
+    """
+    existing = (await conn.exec_driver_sql(_PREPARED_SQL, (list(names),))).scalars().all()
+    for name in existing:
+        await conn.exec_driver_sql(f"DEALLOCATE {name}")
+    await conn.rollback()
 
 
 _EXPLAIN_OPTIONS = {"text": "ANALYZE, BUFFERS", "json": "ANALYZE, BUFFERS, FORMAT JSON"}
@@ -164,8 +178,9 @@ async def _prepare(conn: AsyncConnection, sql: str) -> tuple[str, tuple[str, ...
     driver's own (untyped) prepared statement.
     """
     name = "sibyl_explain_" + secrets.token_hex(4)
-    await conn.exec_driver_sql(f"PREPARE {name} AS {sql}")
+    # Registered first: a cancel may be reported after the server has stored the statement.
     conn.info.setdefault("sibyl_explain_prepared", set()).add(name)
+    await conn.exec_driver_sql(f"PREPARE {name} AS {sql}")
     types = (await conn.exec_driver_sql(_TYPES_SQL, (name,))).scalar_one()
     return name, tuple(types)
 
