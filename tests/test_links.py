@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from app.domain.memories import code_regions, links
+from tests.conftest import PEPS_DIR
 
 
 @pytest.mark.parametrize(
@@ -29,6 +30,20 @@ from app.domain.memories import code_regions, links
         ("- Don`t panic\n- See [[item]]\n- Run `x`", ["item"]),
         ("# Title with `tick\n[[heading]] and `x`", ["heading"]),
         ("a\x0c```\n[[formfeed]]", ["formfeed"]),
+        # reStructuredText literal blocks: after a line ending in ``::``, or a code directive
+        ("Suggested::\n\n    obj.[[foo]]\n    obj.[foo]\n\nwith [[real]]", ["real"]),
+        ("::\n\n  [[x]]\n\n\n  [[y]]\nafter [[z]]", ["z"]),
+        (".. code-block:: TOML\n\n  [[packages]]\n  name = 'x'\n\nSee [[pep]].", ["pep"]),
+        (".. code-block:: python\n   :linenos:\n\n   l = [[...]]\n[[after]]", ["after"]),
+        ("Example::\r\n\r\n    [[crlf_code]]\r\nSee [[crlf_after]]", ["crlf_after"]),
+        ("- item::\n\n    [[in_item]]\n\n- next [[d]]", ["d"]),
+        ("Never dedented::\n\n  [[a]]\n  [[b]]", []),
+        # ... and nothing else: a marker mid-paragraph, a block quote, a note's body
+        ("A line ending in a marker::\nstill the paragraph, [[keep]]", ["keep"]),
+        ("Text.\n\n    a quoted [[kept]]\n", ["kept"]),
+        (".. note::\n\n   See [[noted]].", ["noted"]),
+        ("Example::\n\nnot indented, [[not_literal]]", ["not_literal"]),
+        ("```\nfenced::\n```\n    [[after_fence]]", ["after_fence"]),
     ],
 )
 def test_code_is_not_a_link_and_nothing_else_hides_one(body: str, expected: list[str]) -> None:
@@ -50,3 +65,15 @@ def test_adversarial_backticks_stay_linear() -> None:
     body = "".join("`" * k + " a " for k in range(1, 1400)) + " [[z]]"
     assert links(body) == ["z"]
     assert links("`x` [[q]] " * 100_000) == ["q"]
+
+
+def test_the_pep_corpus_has_no_link_outside_code() -> None:
+    """The PEPs never use ``[[id]]``: every ``[[`` in them is code (TOML arrays of tables in
+    PEP 751's ``code-block`` examples, ``obj.[[foo]]`` in PEP 363's literal block, a recursive
+    list's ``[[...]]`` in PEP 786), so no PEP may make a pending link."""
+    peps = PEPS_DIR
+    if not peps.is_dir():
+        pytest.skip(f"no PEP corpus at {peps}")
+    bodies = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in peps.glob("pep-*")}
+    assert sum("[[" in b for b in bodies.values()) >= 3
+    assert {name: links(body) for name, body in bodies.items() if links(body)} == {}

@@ -79,6 +79,10 @@ _FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
 _ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
 _BLOCK_START = re.compile(r" {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>)")
 _BACKTICKS = re.compile(r"`+")
+_EXPLICIT_MARKUP = re.compile(r"[ \t]*\.\.(?:[ \t]|$)")  # ``.. note::``: a directive, no marker
+_CODE_DIRECTIVE = re.compile(
+    r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|doctest|testcode|testoutput|parsed-literal)::"
+)
 
 
 def code_regions(text: str) -> list[tuple[int, int]]:
@@ -88,16 +92,40 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     nothing after it but spaces or tabs, or the end) and inline code spans (a run of n backticks
     up to the next run of exactly n in the same paragraph: ``x`` and RST's ````x````). A
     paragraph ends at a blank line, a fence, a heading, a list item or a block quote, so a stray
-    backtick (an apostrophe typed as one) never pairs across them. Lines end at ``\n`` (one
-    ``\r`` before it dropped). Linear in the text's length, whatever its backticks. Not handled
-    (documented): backslash-escaped backticks, indented code blocks, RST literal blocks."""
+    backtick (an apostrophe typed as one) never pairs across them. reStructuredText literal
+    blocks too: after a line ending in ``::`` (a paragraph's literal marker, ``Example::`` or a
+    bare ``::``) or a code directive (``.. code-block::``, ``.. code::``, ``.. sourcecode::``,
+    ``.. doctest::``, ``.. testcode::``, ``.. testoutput::``, ``.. parsed-literal::``; other
+    directives such as ``.. note::`` hold text), the lines indented deeper than it (blank lines
+    between them included), up to the first non-blank line that is not (docutils' rule). Lines
+    end at ``\n`` (one ``\r`` before it dropped). Linear in the text's length, whatever its
+    backticks. Not handled (documented): backslash-escaped backticks, Markdown's indented code
+    blocks (in a reStructuredText body an indented block is a block quote, whose links are
+    links)."""
     regions: list[tuple[int, int]] = []
     runs: list[tuple[int, int, int]] = []  # backtick runs outside fences: start, end, paragraph
     paragraph, pos = 0, 0
     fence_char, fence_len, fence_start = "", 0, 0
+    marker: int | None = None  # indentation of a literal-block marker line still waiting
+    literal: int | None = None  # indentation of the marker of the literal block we are in
+    literal_start = 0
     for raw in text.split("\n"):
         end = min(pos + len(raw) + 1, len(text))
         line = raw[:-1] if raw.endswith("\r") else raw
+        blank = not line.strip(" \t")
+        indent = len(line) - len(line.lstrip(" \t"))
+        if literal is not None:
+            if blank or indent > literal:
+                pos = end
+                continue
+            regions.append((literal_start, pos))
+            literal, paragraph = None, paragraph + 1
+        elif marker is not None and not fence_char and not blank:
+            if indent > marker:
+                literal, literal_start, marker = marker, pos, None
+                pos = end
+                continue
+            marker = None
         found = _FENCE_LINE.fullmatch(line)
         if fence_char:
             if (
@@ -120,9 +148,15 @@ def code_regions(text: str) -> list[tuple[int, int]]:
             runs += [(pos + r.start(), pos + r.end(), paragraph) for r in _BACKTICKS.finditer(line)]
             if heading:  # a heading is one line: what follows is another paragraph
                 paragraph += 1
+            if _CODE_DIRECTIVE.match(line) or (
+                line.rstrip(" \t").endswith("::") and not _EXPLICIT_MARKUP.match(line)
+            ):
+                marker = indent
         pos = end
     if fence_char:
         regions.append((fence_start, len(text)))
+    if literal is not None:
+        regions.append((literal_start, len(text)))
     closer: list[int | None] = [None] * len(runs)  # the next run of the same length, paragraph
     last: dict[tuple[int, int], int] = {}
     for i in range(len(runs) - 1, -1, -1):
