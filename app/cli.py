@@ -606,6 +606,18 @@ def _database_fault(error: BaseException) -> str | None:
     return None
 
 
+def _lock_timeout(error: BaseException) -> bool:
+    """Whether ``error`` is (or wraps) PostgreSQL's lock timeout (SQLSTATE 55P03)."""
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if getattr(seen, "sqlstate", None) == "55P03":
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
+
+
 def main() -> None:
     """Console-script entry point. A database that cannot be reached (refused, unknown host,
     missing database, bad credentials) ends the command with one line on stderr and exit
@@ -627,6 +639,14 @@ def main() -> None:
             sys.stderr.write(f"sibyl-pg: {variable}: {fault['msg']}\n")
         raise SystemExit(2) from None
     except Exception as error:
+        if _lock_timeout(error):
+            sys.stderr.write(
+                "sibyl-pg: gave up waiting for a table lock that another session holds"
+                f" (lock timeout {get_settings().migration_lock_timeout_ms} ms,"
+                " SIBYL_MIGRATION_LOCK_TIMEOUT_MS); nothing was changed. Run it again once that"
+                " session is done (pg_stat_activity shows it), or raise the timeout.\n"
+            )
+            raise SystemExit(2) from None
         reason = _database_fault(error)
         if reason is None:
             raise

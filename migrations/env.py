@@ -9,6 +9,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.core.db import async_url, database_url
+from app.core.settings import get_settings
 from app.repo.tables import Base
 
 config = context.config
@@ -29,7 +30,15 @@ def run_migrations_offline() -> None:
         context.run_migrations()
 
 
+LOCK_TIMEOUT_SQL = "/* sibyl:migrate.lock_timeout */ SELECT set_config('lock_timeout', $1, false)"
+
+
 def _run(connection: Connection) -> None:
+    # A migration waiting for a table lock would queue every later query of that table behind
+    # it: it gives up after SIBYL_MIGRATION_LOCK_TIMEOUT_MS instead (0: waits forever).
+    timeout = config.attributes.get("lock_timeout_ms", get_settings().migration_lock_timeout_ms)
+    connection.exec_driver_sql(LOCK_TIMEOUT_SQL, (f"{int(timeout)}ms",))
+    connection.commit()
     context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
     with context.begin_transaction():
         context.run_migrations()

@@ -11,12 +11,15 @@ from alembic.script import ScriptDirectory
 from app.core.settings import PROJECT_ROOT
 
 
-def alembic_config(url: str | None = None) -> Config:
-    """The project's Alembic config; ``url`` (a ``postgresql://`` URL) overrides DATABASE_URL."""
+def alembic_config(url: str | None = None, *, lock_timeout_ms: int | None = None) -> Config:
+    """The project's Alembic config; ``url`` (a ``postgresql://`` URL) overrides DATABASE_URL,
+    ``lock_timeout_ms`` overrides ``SIBYL_MIGRATION_LOCK_TIMEOUT_MS`` (0: wait forever)."""
     cfg = Config(str(PROJECT_ROOT / "alembic.ini"))
     cfg.attributes["configure_logging"] = False
     if url:
         cfg.attributes["database_url"] = url
+    if lock_timeout_ms is not None:
+        cfg.attributes["lock_timeout_ms"] = lock_timeout_ms
     return cfg
 
 
@@ -26,9 +29,12 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
-def upgrade(url: str | None = None) -> None:
-    """Bring the database at ``url`` to the newest migration (synchronous; not in a loop)."""
-    command.upgrade(alembic_config(url), "head")
+def upgrade(url: str | None = None, *, lock_timeout_ms: int | None = None) -> None:
+    """Bring the database at ``url`` to the newest migration (synchronous; not in a loop).
+
+    A migration that waits longer than ``lock_timeout_ms`` (default: the setting) for a table
+    lock fails with SQLSTATE 55P03 and changes nothing; run it again when the lock is gone."""
+    command.upgrade(alembic_config(url, lock_timeout_ms=lock_timeout_ms), "head")
 
 
 def downgrade_base(url: str | None = None) -> None:

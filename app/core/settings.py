@@ -21,6 +21,10 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
   word statistics are out of date and recounts them (default 60; 0: never, then only
   ``sibyl-pg stats refresh`` does; else 1 to 86400; see :mod:`app.domain.refresher`).
+- ``SIBYL_MIGRATION_LOCK_TIMEOUT_MS``: how long a migration waits for a table lock before it
+  gives up (default 10000 ms; 0: forever). A migration waiting behind a long query would
+  otherwise queue every later query of that table behind it (PostgreSQL's lock queue); given up,
+  nothing changed (each migration is transactional) and it can be run again.
 - ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
   ``*``: any), the MCP transport's DNS-rebinding check.
 """
@@ -59,6 +63,7 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
+    migration_lock_timeout_ms: int = Field(default=10_000, ge=0, le=3_600_000)
     mcp_allowed_hosts: str = ""
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     # connections of each pool: the service's, and REST expand's own one-statement pool
