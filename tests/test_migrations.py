@@ -121,9 +121,8 @@ def test_a_migration_gives_up_on_a_held_lock_and_changes_nothing(empty_database)
         assert held.wait(30)
         with pytest.raises(Exception) as caught:
             upgrade(url, lock_timeout_ms=200)
-        assert "55P03" in {
-            getattr(e, "sqlstate", None) for e in (caught.value, getattr(caught.value, "orig", None))
-        } or "lock timeout" in str(caught.value)
+        raised = (caught.value, getattr(caught.value, "orig", None))
+        assert "55P03" in {getattr(e, "sqlstate", None) for e in raised}
         assert asyncio.run(_version(url)) == before
     finally:
         release.set()
