@@ -310,3 +310,49 @@ def test_a_table_left_without_rows_is_not_a_visibility_warning():
     assert check.facts["tables"]["entity_grants"]["all_visible"] is None
     held = SimpleNamespace(tables=[_table_stats("entity_grants", pages=1, visible=0, live=1)])
     assert check_visibility(held, detail=False).status == "warn"  # type: ignore[arg-type]
+
+
+async def test_search_statistics_say_when_an_org_is_due(engine, client):
+    """The operator sees which orgs are due a recount (never counted, or a write made their
+    counts stale) and the stale audiences; an org admin sees only whether their own org is due,
+    exactly as if the other orgs did not exist (no counts, no other org's id)."""
+    from app.domain.doctor import gather, judge
+    from app.repo import term_stats
+    from tests.team import Team, call
+
+    due, fresh = await Team().load(engine), await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [due.org, fresh.org])
+
+    async def operator(orgs: list[str]) -> Any:
+        return _check(judge(await gather(engine, orgs=orgs), detail=True), "search_statistics")
+
+    async def org_admin(team: Team) -> Any:
+        key = await team.key(engine, "adm", scopes=("read", "admin"))
+        r = await client.get("/api/admin/doctor", headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text
+        (check,) = [c for c in r.json()["checks"] if c["name"] == "search_statistics"]
+        return check
+
+    both = [due.org, fresh.org]
+    assert (await operator(both)).status == "ok"
+    assert (await org_admin(due))["status"] == "ok"
+
+    # an edit of a counted memory makes its audience stale: the org is due
+    own = await due.key(engine, "own")
+    r = await call(client, "PATCH", "/api/entities/orgnote", own, json={"content": "Edited."})
+    assert r.status_code == 200, r.text
+    seen = await operator(both)
+    assert seen.status == "info" and seen.facts["orgs_due"] == [due.org]
+    assert seen.facts["stale"] == 1 and seen.facts["oldest_stale"] is not None
+    assert due.org in seen.summary and "sibyl-pg stats refresh" in seen.advice
+
+    mine, theirs = await org_admin(due), await org_admin(fresh)
+    assert mine["status"] == "info" and mine["facts"]["due"] is True
+    assert "this org" in mine["summary"] and due.org not in json.dumps(mine)
+    assert {"audiences", "stale", "orgs_due"}.isdisjoint(mine["facts"])
+    assert theirs["status"] == "ok" and theirs["facts"]["due"] is False  # the other org's state
+    assert due.org not in json.dumps(theirs)
+
+    await term_stats.refresh_orgs(engine, [due.org])
+    assert (await operator(both)).status == "ok"
+    assert (await org_admin(due))["status"] == "ok"

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import read_tx
 from app.core.migrations import head_revision
+from app.core.settings import get_settings
 from app.domain.permissions import ADMIN_HIDDEN, require_admin
 from app.domain.session import FAULTS, raise_fault
 from app.repo import doctor as repo
@@ -103,14 +104,17 @@ class Facts:
     tables: list[repo.TableStats]
     indexes: list[repo.IndexState]
     temp: repo.TempFiles
+    search: repo.SearchStatistics | None = None  # of the orgs asked about (None: old schema)
+    refresh_s: float = 0.0  # SIBYL_STATS_REFRESH_S as this process reads it
 
 
 # --- gathering -----------------------------------------------------------------------------------
 
 
-async def gather(engine: AsyncEngine) -> Facts:
+async def gather(engine: AsyncEngine, *, orgs: list[str] | None = None) -> Facts:
     """Read every fact from the server behind ``engine``, as a new session of its role sees it
-    (not with the service's own session settings: :func:`app.repo.doctor.server_session`)."""
+    (not with the service's own session settings: :func:`app.repo.doctor.server_session`);
+    the search statistics are those of ``orgs`` (None: every org)."""
     async with repo.server_session(engine) as plain:
         async with read_tx(plain) as conn:
             settings = await repo.settings(conn, names=SETTING_NAMES)
@@ -125,6 +129,7 @@ async def gather(engine: AsyncEngine) -> Facts:
             )
             indexes = await repo.indexes(conn)
             temp = await repo.temp_files(conn)
+            search = await repo.search_statistics(conn, orgs=orgs)
         loadable: bool | None = None
         if not _preloaded(settings, "auto_explain"):
             loadable = await repo.library_loadable(plain, library="auto_explain")
@@ -139,6 +144,8 @@ async def gather(engine: AsyncEngine) -> Facts:
         tables=tables,
         indexes=indexes,
         temp=temp,
+        search=search,
+        refresh_s=get_settings().stats_refresh_s,
     )
 
 
@@ -616,6 +623,51 @@ def check_statistics(f: Facts, *, detail: bool) -> Check:
     )
 
 
+def check_search_statistics(f: Facts, *, detail: bool) -> Check:
+    """Whether the search word statistics (documents per word and audience, issue 12) are up to
+    date. Stale ones never make search wrong or leak (contract §2): their readers get the
+    fallback word weights, so the ranking is less relevant until the next recount. Operators see
+    the counts and the orgs due; an org admin (``detail`` False) only whether their org is due."""
+    s = f.search
+    if s is None:
+        return Check(
+            name="search_statistics",
+            status="info",
+            summary="not checked: the schema is older than the search statistics",
+            advice="Run `sibyl-pg migrate` (see the migrations check).",
+        )
+    facts: dict[str, Any] = {
+        "due": bool(s.due),
+        "oldest_stale": s.oldest_stale,
+        "refresh_interval_s": f.refresh_s,
+    }
+    if detail:
+        facts |= {"audiences": s.audiences, "stale": s.stale, "orgs_due": s.due[:20]}
+    if not s.due:
+        return Check(
+            name="search_statistics",
+            status="ok",
+            summary="the search word statistics are up to date",
+            facts=facts,
+        )
+    who = f"{len(s.due)} org(s): {', '.join(s.due[:5])}" if detail else "this org"
+    stale = f"; {s.stale} of {s.audiences} audiences stale" if detail else ""
+    by = (
+        f"a serving process with this environment recounts due orgs every {f.refresh_s:g} s "
+        "(SIBYL_STATS_REFRESH_S)"
+        if f.refresh_s > 0
+        else "SIBYL_STATS_REFRESH_S is 0 in this environment: no serving process recounts them"
+    )
+    return Check(
+        name="search_statistics",
+        status="info",
+        summary=f"search word statistics out of date for {who}{stale}",
+        advice="Search stays correct and leaks nothing, but its readers get fallback word "
+        f"weights until a recount: {by}; or run `sibyl-pg stats refresh` now.",
+        facts=facts,
+    )
+
+
 def judge(f: Facts, *, detail: bool) -> DoctorReport:
     """Every check over ``f``; ``detail`` False leaves out sizes and row counts (org admins)."""
     checks = [
@@ -624,6 +676,7 @@ def judge(f: Facts, *, detail: bool) -> DoctorReport:
         check_autovacuum(f),
         check_visibility(f, detail=detail),
         check_statistics(f, detail=detail),
+        check_search_statistics(f, detail=detail),
         check_indexes(f),
         check_memory(f, detail=detail),
         check_work_mem(f, detail=detail),
@@ -668,7 +721,7 @@ async def doctor_for_key(engine: AsyncEngine, key: str | None) -> DoctorReport:
         async with read_tx(engine) as conn:
             # Server facts are for an org owner's or admin's unrestricted admin key
             # only (the rule of every /api/admin route).
-            require_admin(await reader_by_key(conn, key=key) if key else None)
-        return judge(await gather(engine), detail=False)
+            reader = require_admin(await reader_by_key(conn, key=key) if key else None)
+        return judge(await gather(engine, orgs=[reader.org_id]), detail=False)
 
     return await _guarded(go())

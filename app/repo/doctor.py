@@ -3,7 +3,9 @@
 Every statement reads system views only (``pg_settings``, ``pg_class``, ``pg_index``,
 ``pg_stat_user_tables``, ``pg_stat_database``, ``pg_available_extensions``) and starts with its
 ``/* sibyl:doctor.<part> */`` name. None reads a row of the service's own tables except
-``alembic_version``. The functions return plain facts; :mod:`app.domain.doctor` judges them.
+``alembic_version`` and, for the search statistics' freshness, ``term_audiences`` (through
+:func:`search_statistics`, scoped to the orgs asked about). The functions return plain facts;
+:mod:`app.domain.doctor` judges them.
 
 Table statistics (pages, visibility map, analyze times) are per table, that is over every org of
 the database: the domain decides what of them an org admin may see.
@@ -190,6 +192,52 @@ class TempFiles:
     files: int
     bytes: int
     stats_reset: datetime | None
+
+
+SEARCH_STATISTICS_SQL = text(
+    """/* sibyl:doctor.search_statistics */
+SELECT count(*) AS audiences,
+       count(*) FILTER (WHERE NOT a.fresh) AS stale,
+       min(a.refreshed_at) FILTER (WHERE NOT a.fresh) AS oldest_stale
+FROM term_audiences a
+WHERE CAST(:orgs AS text[]) IS NULL OR a.org_id = ANY(CAST(:orgs AS text[]))"""
+)
+
+TERM_AUDIENCES_TABLE_SQL = text(
+    """/* sibyl:doctor.term_audiences_table */
+SELECT to_regclass('term_audiences') IS NOT NULL AND to_regclass('term_stats') IS NOT NULL
+       AND EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = to_regclass('term_audiences')
+                     AND attname = 'counted_snapshot' AND NOT attisdropped) AS present"""
+)
+
+
+@dataclass(frozen=True)
+class SearchStatistics:
+    """Freshness of the search word statistics (issue 12) of some orgs: their ``audiences``
+    counted, how many are ``stale`` (a write changed what they count; their readers get the
+    fallback word weights) and since when the oldest stale one was last counted, and the orgs
+    ``due`` a recount (stale audiences, or memories created since the count, or never counted:
+    :func:`app.repo.term_stats.due_orgs`)."""
+
+    audiences: int
+    stale: int
+    oldest_stale: datetime | None
+    due: list[str]
+
+
+async def search_statistics(
+    conn: AsyncConnection, *, orgs: list[str] | None
+) -> SearchStatistics | None:
+    """The :class:`SearchStatistics` of ``orgs`` (None: every org), or None when the schema is
+    older than the statistics (the migrations check says so)."""
+    from app.repo.term_stats import due_orgs
+
+    if not (await conn.execute(TERM_AUDIENCES_TABLE_SQL)).scalar_one():
+        return None
+    r = (await conn.execute(SEARCH_STATISTICS_SQL, {"orgs": orgs})).one()
+    due = sorted(await due_orgs(conn, orgs))
+    return SearchStatistics(int(r.audiences), int(r.stale), r.oldest_stale, due)
 
 
 async def settings(conn: AsyncConnection, *, names: list[str]) -> dict[str, Setting]:
