@@ -390,10 +390,13 @@ def _database() -> str:
     else:
         pgdata = settings.data_dir / "pg"
         first = not (pgdata / "PG_VERSION").exists()
-        step(
-            f"starting the embedded PostgreSQL 16 in {pgdata}"
-            + (" (first start: initdb, a few seconds)" if first else "")
-        )
+        if (pgdata / "postmaster.pid").exists():
+            step(f"using the embedded PostgreSQL 16 in {pgdata} (already running)")
+        else:
+            step(
+                f"starting the embedded PostgreSQL 16 in {pgdata}"
+                + (" (first start: initdb, a few seconds)" if first else "")
+            )
     return database_url(settings)
 
 
@@ -512,7 +515,7 @@ def quickstart(
         step("the database already holds memories: import skipped")
     step("detecting communities of org_python")
     _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
-    step("minting the demo keys")
+    step("the demo keys: the saved ones that still work are kept, the others minted")
     keys_file = demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
     typer.echo(keys_file.read_text())

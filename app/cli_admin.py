@@ -86,8 +86,9 @@ def keys_list(
     async def work(conn: AsyncConnection) -> list[directory.KeyRecord]:
         return await directory.list_keys(conn, org_id=org, user_id=user, include_revoked=not live)
 
+    keys = _run(work)  # before the header: a database that cannot be used prints nothing
     typer.echo("id\torg\tuser\tscopes\tprojects\tcreated\trevoked\tlabel")
-    for k in _run(work):
+    for k in keys:
         typer.echo(
             "\t".join(
                 [
