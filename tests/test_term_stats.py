@@ -452,3 +452,51 @@ async def test_a_created_xid_from_another_cluster_never_keeps_a_deleted_memory_c
     async with engine.begin() as conn:  # a memory not stored: retired all the same
         await term_stats.retire(conn, org_id=t.org, audiences=["p2"], entity_id="no_such")
     assert (await _fresh(engine, t.org))["p2"] is False
+
+
+async def _stored(engine, org: str) -> dict[tuple[str, str], tuple[int, str]]:
+    """Every term_stats row of ``org``: (lexeme, audience) -> (df, the xmin that wrote it)."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT lexeme, audience, df, CAST(xmin AS text) AS x FROM term_stats"
+                " WHERE org_id = :o"
+            ),
+            {"o": org},
+        )
+        return {(r.lexeme, r.audience): (r.df, r.x) for r in rows}
+
+
+async def test_a_recount_writes_only_the_counts_that_changed_and_equals_a_full_one(engine):
+    """The stamp holds its row locks while it writes (a write's retire waits for them), so it
+    writes only the lexeme rows whose counts changed: after one edit in p1, every row of the
+    other audiences is the row written before, and what is stored equals a count from scratch
+    (a breaker's trial: a stamp that rewrote the PEP org's 57k rows made writes fail 503)."""
+    t = await Team().load(engine)
+    await term_stats.refresh_orgs(engine, [t.org])
+    before = await _stored(engine, t.org)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE entities SET content = 'zebra quagga' WHERE org_id = :o AND id = 'n1'"),
+            {"o": t.org},
+        )
+        await term_stats.retire(conn, org_id=t.org, audiences=["p1"])
+    await term_stats.refresh_orgs(engine, [t.org])
+    after = await _stored(engine, t.org)
+
+    rewritten = {k for k in after if k not in before or after[k] != before[k]}
+    assert {("zebra", "p1"), ("quagga", "p1")} <= rewritten
+    assert {audience for _, audience in rewritten} == {"p1"}  # nothing else was rewritten
+    kept_in_p1 = {k for k in after if k[1] == "p1" and k not in rewritten}
+    assert kept_in_p1  # the words of p1's other memories: counts unchanged, rows untouched
+
+    # the same counts as a recount from nothing
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM term_stats WHERE org_id = :o"), {"o": t.org})
+        await conn.execute(
+            text("UPDATE term_audiences SET fresh = false WHERE org_id = :o"), {"o": t.org}
+        )
+    await term_stats.refresh_orgs(engine, [t.org])
+    scratch = await _stored(engine, t.org)
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in scratch.items()}
+    assert await _fresh(engine, t.org) == {"p1": True, "p2": True, "p3": True, "*": True}

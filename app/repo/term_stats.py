@@ -122,6 +122,25 @@ CROSS JOIN LATERAL unnest(d.tsv) u
 GROUP BY u.lexeme, d.audience"""
 )
 
+# What the stamp must change so that the org's term_stats equal the count: (lexeme, audience)
+# with the new df, or a NULL df for a row to delete. Read in the count's snapshot, after the
+# arming: only the stamp writes term_stats, and only for audiences still armed by its own token,
+# so for those audiences the rows the stamp finds are the rows this snapshot saw (a refresh that
+# armed earlier and stamped after our arming stamps none of them: ours took them over). The
+# stamp then writes only the rows that changed and holds its locks for that long, not for a
+# rewrite of every lexeme of the org (a breaker's trial: writes waited 2 s behind a PEP-org
+# stamp and failed 503 on the statement timeout).
+COUNT_CHANGES_SQL = text(
+    """/* sibyl:term_stats.count_changes */
+CREATE TEMPORARY TABLE lexeme_changes ON COMMIT PRESERVE ROWS AS
+SELECT coalesce(c.lexeme, s.lexeme) AS lexeme, coalesce(c.audience, s.audience) AS audience,
+       c.df  -- NULL: the word is gone from that audience
+FROM counted_lexemes c
+FULL JOIN (SELECT t.lexeme, t.audience, t.df FROM term_stats t WHERE t.org_id = :org_id) s
+  ON s.lexeme = c.lexeme AND s.audience = c.audience
+WHERE c.df IS DISTINCT FROM s.df"""
+)
+
 STILL_ARMED_SQL = text(
     """/* sibyl:term_stats.still_armed */
 SELECT s.audience FROM term_audiences s
@@ -132,16 +151,20 @@ FOR UPDATE SKIP LOCKED  -- a row a write holds is being disarmed: never waited f
 
 STAMP_CLEAR_SQL = text(
     """/* sibyl:term_stats.stamp_clear */
-DELETE FROM term_stats WHERE org_id = :org_id AND audience = ANY(CAST(:audiences AS text[]))"""
+DELETE FROM term_stats t
+USING lexeme_changes c
+WHERE t.org_id = :org_id AND t.lexeme = c.lexeme AND t.audience = c.audience AND c.df IS NULL
+  AND c.audience = ANY(CAST(:audiences AS text[]))"""
 )
 
 STAMP_LEXEMES_SQL = text(
     """/* sibyl:term_stats.stamp_lexemes */
 INSERT INTO term_stats (org_id, lexeme, audience, df)
 SELECT :org_id, c.lexeme, c.audience, c.df
-FROM counted_lexemes c
-WHERE c.audience = ANY(CAST(:audiences AS text[]))
-ORDER BY c.lexeme, c.audience  -- a lexeme's rows on few pages: its lookup reads few buffers"""
+FROM lexeme_changes c
+WHERE c.df IS NOT NULL AND c.audience = ANY(CAST(:audiences AS text[]))
+ORDER BY c.lexeme, c.audience  -- a lexeme's rows on few pages: its lookup reads few buffers
+ON CONFLICT (org_id, lexeme, audience) DO UPDATE SET df = EXCLUDED.df"""
 )
 
 # The counting transaction's snapshot (repeatable read: the one every count statement uses).
@@ -183,7 +206,7 @@ ON CONFLICT (org_id, audience) DO NOTHING"""
 
 DROP_COUNTED_SQL = text(
     """/* sibyl:term_stats.drop_counted */
-DROP TABLE IF EXISTS counted_audiences, counted_lexemes"""
+DROP TABLE IF EXISTS counted_audiences, counted_lexemes, lexeme_changes"""
 )
 
 RETIRE_LOCK_SQL = text(
@@ -321,7 +344,8 @@ async def arm(conn: AsyncConnection, *, org_id: str, arm_wait_s: float | None = 
 
 async def count(conn: AsyncConnection, *, org_id: str) -> str:
     """Refresh, step 2 (one repeatable-read transaction, no lock): count the org's documents
-    and lexemes by audience into this session's temporary tables. Returns the transaction's
+    and lexemes by audience into this session's temporary tables, and the lexeme rows that
+    differ from the stored ones (what :func:`stamp` writes). Returns the transaction's
     snapshot (``pg_snapshot`` as text, read after its first query): a memory whose creating
     transaction it does not see is in none of the counts."""
     p = {"org_id": org_id}
@@ -332,6 +356,7 @@ async def count(conn: AsyncConnection, *, org_id: str) -> str:
         await conn.execute(COUNT_AUDIENCES_SQL, p)
         snapshot: str = (await conn.execute(COUNTED_SNAPSHOT_SQL)).scalar_one()
         await conn.execute(COUNT_LEXEMES_SQL, p)
+        await conn.execute(COUNT_CHANGES_SQL, p)
     return snapshot
 
 
@@ -340,7 +365,8 @@ async def stamp(
 ) -> tuple[int, int]:
     """Refresh, step 3 (one short transaction): the audiences still armed by ``token`` (no
     write retired them and no later refresh took them over since the arming; a row a write is
-    disarming is skipped, never waited for) take the counts and ``fresh``; an armed audience
+    disarming is skipped, never waited for) take the counts and ``fresh`` (only the lexeme rows
+    whose counts changed are written, so a write's retire waits for little); an armed audience
     with no document left loses its row; an audience counted that had no row at the arming gets
     one, not fresh. ``snapshot``: what :func:`count` returned (None: unknown; every write
     into a stamped audience then retires it). Returns (audiences stamped fresh, their
