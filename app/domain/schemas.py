@@ -28,12 +28,14 @@ class ExpandRequest(_Request):
         json_schema_extra={"items": {"type": "string"}},
     )
     relationship_types: list[StrictStr] | None = Field(
-        default=None, description="Restrict hops to these relationships, e.g. ['DEPENDS_ON']."
+        default=None,
+        description="Restrict hops to these relationships, e.g. ['DEPENDS_ON'] (at most "
+        f"{policy.MAX_NAMES}).",
     )
     types: list[StrictStr] | None = Field(
         default=None,
         description="Return only neighbors of these entity types (the walk still "
-        "passes through other types).",
+        f"passes through other types; at most {policy.MAX_NAMES}).",
     )
     depth: StrictInt | None = Field(
         default=None,
@@ -144,7 +146,7 @@ class SearchRequest(_Request):
     types: list[StrictStr] | None = Field(
         default=None,
         description="Return only memories of these types (a passage counts as its memory's type;"
-        " 'passage' selects every passage hit).",
+        f" 'passage' selects every passage hit; at most {policy.MAX_NAMES}).",
     )
     project: StrictStr | None = Field(
         default=None, description="Search only this readable project."

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.core.errors import BadRequest
+from app.domain import policy
 
 NAME_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
 ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -59,18 +60,20 @@ def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
 def normalize_names(values: Sequence[str] | None, *, field: str, upper: bool) -> list[str] | None:
     """Upper- or lower-case relationship/type names; each must match ``[A-Za-z0-9_]{1,64}``.
 
-    ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises ``BadRequest``.
+    ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises
+    ``BadRequest`` for a malformed name (contract §5) or a list of more than
+    :data:`app.domain.policy.MAX_NAMES` entries. Linear in the list's length.
     """
     if values is None:
         return None
-    out: list[str] = []
+    if len(values) > policy.MAX_NAMES:
+        raise BadRequest(f"{field} may list at most {policy.MAX_NAMES} names")
+    out: dict[str, None] = {}
     for value in values:
         if not NAME_RE.fullmatch(value):
             raise BadRequest(f"{field} entries must match [A-Za-z0-9_]{{1,64}}")
-        name = value.upper() if upper else value.lower()
-        if name not in out:
-            out.append(name)
-    return out
+        out[value.upper() if upper else value.lower()] = None
+    return list(out)
 
 
 def normalize_project(project: str | None) -> str | None:
