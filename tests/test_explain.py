@@ -177,6 +177,38 @@ async def test_admin_route_is_a_404_for_everyone_else(client, world, keys):
     assert isinstance(r.json()["statements"][1]["plan"][0]["Plan"], dict)
 
 
+async def test_a_malformed_request_tells_a_non_admin_no_more_than_a_clean_one(client, keys):
+    """Query parameters and the body are read only once the key may use the route: for anyone
+    else a bad ``format``, ``generic`` or body is the same 404 as an unknown admin route (a
+    breaker told the route apart by its 401 and 422 answers); an admin gets the 422s."""
+    hidden = (404, {"detail": "Not found"})
+    malformed = [
+        ("?format=xml", b'{"entity_ids": ["alpha"]}'),
+        ("?generic=maybe", b'{"entity_ids": ["alpha"]}'),
+        ("", b"{not json"),
+        ("", b'{"entity_ids": "alpha"}'),
+    ]
+    for headers in ({}, _auth(keys["read"]), _auth("not-a-key")):
+        for path in ("/api/admin/explain/expand", "/api/admin/no_such_route"):
+            for query, content in malformed:
+                json_headers = {**headers, "Content-Type": "application/json"}
+                r = await client.post(path + query, content=content, headers=json_headers)
+                assert (r.status_code, r.json()) == hidden, (headers, path, query)
+    admin = {**_auth(keys["admin"]), "Content-Type": "application/json"}
+    details = []
+    for query, content in malformed:
+        r = await client.post("/api/admin/explain/expand" + query, content=content, headers=admin)
+        assert r.status_code == 422, r.text
+        details.append(r.json()["detail"])
+    assert details[0].startswith("Invalid request: query.format")
+    assert details[1].startswith("Invalid request: query.generic")
+    assert details[2].startswith("Invalid request: body")
+    r = await client.post(
+        "/api/admin/explain/expand?generic=true", json=BODIES["expand"], headers=admin
+    )
+    assert r.status_code == 200 and r.json()["plan_mode"] == "generic"
+
+
 def test_cli_prints_statements_parameters_and_plans(database_url, world):
     runner = CliRunner()
     result = runner.invoke(

@@ -7,17 +7,18 @@ answer 404 ``{"detail": "Not found"}``, exactly like an unknown verb.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.errors import documented
 from app.domain.doctor import DoctorReport, doctor_for_key
-from app.domain.explain import ExplainReport, explain_for_key
+from app.domain.explain import ExplainReport, admin_for_key, explain_for_key
 
 _bearer = HTTPBearer(auto_error=False, description="An API key with the `admin` scope")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -35,34 +36,83 @@ admin = APIRouter(
 )
 
 
-@admin.post("/explain/{verb}", response_model=ExplainReport)
+class ExplainOptions(BaseModel):
+    """The explain route's query parameters, validated only once the key is an admin's."""
+
+    model_config = ConfigDict(extra="ignore")
+    format: Literal["text", "json"] = "text"
+    generic: bool = False
+
+
+_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "description": "The verb's own request body (a JSON object)",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+
+async def _json_body(request: Request) -> Any:
+    """The request's JSON body (None when empty); a body that is not JSON is a 422 in the shape
+    FastAPI gives (location and message, never the input)."""
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RequestValidationError(
+            [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "input": {}}]
+        ) from None
+
+
+@admin.post("/explain/{verb}", response_model=ExplainReport, openapi_extra=_BODY_DOC)
 async def explain(
     verb: str,
     request: Request,
     credentials: Credentials,
-    body: Annotated[Any, Body(description="The verb's own request body (a JSON object)")] = None,
     format: Annotated[
-        Literal["text", "json"], Query(description="Plan as EXPLAIN text lines, or FORMAT JSON")
-    ] = "text",
+        str | None,
+        Query(
+            description="Plan as EXPLAIN text lines (`text`, default), or FORMAT JSON (`json`)",
+            json_schema_extra={"enum": ["text", "json"]},
+        ),
+    ] = None,
     generic: Annotated[
-        bool, Query(description="Show the generic (parameter-blind) plan instead of the custom one")
-    ] = False,
+        str | None,
+        Query(
+            description="`true`: the generic (parameter-blind) plan instead of the custom one",
+            json_schema_extra={"type": "boolean"},
+        ),
+    ] = None,
 ) -> ExplainReport:
     """The exact SQL a request of ``verb`` (``expand``, ``slice``, ``search``) sends, the values
     it binds, and ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement, read as the key's user.
 
     The verb runs for real in a read-only transaction that is rolled back. Plans count rows
-    before the read rule filters them, which is why only ``admin`` keys may see them.
+    before the read rule filters them, which is why only ``admin`` keys may see them. The key
+    is checked first: for anyone else the route answers 404 whatever the query or body (422s
+    for them only once the key may use the route).
     """
     engine: AsyncEngine = request.app.state.engine
+    key = credentials.credentials if credentials else None
+    await admin_for_key(engine, key)
+    try:
+        given = {"format": format, "generic": generic}
+        options = ExplainOptions.model_validate({k: v for k, v in given.items() if v is not None})
+    except ValidationError as error:
+        raise RequestValidationError(
+            [{**e, "loc": ("query", *e["loc"])} for e in error.errors()]
+        ) from None
+    body = await _json_body(request)
     try:
         return await explain_for_key(
             engine,
-            credentials.credentials if credentials else None,
+            key,
             verb,
             body,
-            fmt=format,
-            mode="generic" if generic else "custom",
+            fmt=options.format,
+            mode="generic" if options.generic else "custom",
             settings=request.app.state.settings,
         )
     except ValidationError as error:
