@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.db import write_tx
 from app.domain import communities
 from app.domain.entities import PRIVATE_BY_OWNER
+from app.domain.permissions import NOT_MOVABLE
 from app.mcp.server import build_mcp, fixed_key
 from tests.builders import import_dicts
 from tests.team import Team, answer, call, scalar, snapshot
@@ -135,6 +136,34 @@ async def test_only_the_owner_may_make_a_memory_private(engine, client):
     assert r.status_code == 200 and r.json()["scope"] == "private", r.text
     assert (await call(client, "GET", "/api/entities/n1", keys["ann"])).status_code == 200
     assert (await call(client, "GET", "/api/entities/n1", keys["bob"])).status_code == 404
+
+
+async def test_a_contributor_may_edit_but_not_move_a_colleagues_memory(engine, client):
+    """Moving a project memory out of its project changes who reads it: a contributor who does
+    not own it is refused (403, nothing changes, REST and MCP alike) and may still edit it; its
+    owner, a maintainer of the project and an org admin may move it."""
+    t = await Team().load(engine)
+    keys = {n: await t.key(engine, n) for n in ("ovw", "ann", "bob", "adm")}
+    before = await snapshot(engine, t.org)
+    refused = (403, {"detail": NOT_MOVABLE})
+    for move in ({"scope": "org"}, {"project": "p2"}, {"scope": "project", "project": "p3"}):
+        r = await call(client, "PATCH", "/api/entities/n1", keys["ovw"], json=move)
+        assert answer(r) == refused, move
+    async with Client(build_mcp(lambda: engine, fixed_key(keys["ovw"]))) as mcp:
+        result = await mcp.call_tool("remember", {"entity_id": "n1", "scope": "org"})
+        assert result.is_error and result.content[0].text == NOT_MOVABLE
+    assert await snapshot(engine, t.org) == before
+    ok = await call(client, "PATCH", "/api/entities/n1", keys["ovw"], json={"name": "Edited"})
+    assert ok.status_code == 200, ok.text  # the contributor's edit applies
+
+    # its owner (ann, a contributor), an org admin, a maintainer of its project (bob) may
+    for who, memory in (("ann", "n2"), ("adm", "n2"), ("bob", "n1")):
+        r = await call(client, "PATCH", f"/api/entities/{memory}", keys[who], json={"scope": "org"})
+        assert r.status_code == 200 and r.json()["scope"] == "org", (who, r.text)
+        if who != "bob":  # back home (bob, not its owner, may not write an org memory)
+            home = {"scope": "project", "project": "p1"}
+            r = await call(client, "PATCH", f"/api/entities/{memory}", keys[who], json=home)
+            assert r.status_code == 200, (who, r.text)
 
 
 async def _walk(client: httpx.AsyncClient, key: str, seed: str) -> list[tuple[str, str]]:

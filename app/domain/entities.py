@@ -225,6 +225,8 @@ async def update_entity(
         raise Forbidden(PRIVATE_BY_OWNER)
     owner_id = (stored.owner_id or reader.user_id) if scope == "private" else stored.owner_id
     if (scope, project_id) != (stored.scope, stored.project_id):
+        if not permissions.may_move(reader, target):
+            raise Forbidden(permissions.NOT_MOVABLE)
         await permissions.check_placement(conn, reader, scope=scope, project_id=project_id)
     data = EntityData(
         id=target.id,

@@ -18,6 +18,12 @@ not write is ``Forbidden`` (403). The rules, decided for this service:
   (403).
 - **placement**: a memory is created in, or moved to, a project only by a writer of that project;
   a project the writer cannot read is "Project not found" (404), exactly like a missing one.
+- **moving** a project memory out of its project (another project, or the org: its readers
+  change) needs more than editing it: its owner, a ``maintainer`` or ``owner`` of its project, or
+  an org owner or admin. A ``contributor`` edits other people's memories in the project but
+  cannot carry them to a wider audience (a breaker's trial: a contributor made a colleague's note
+  of a private project org-wide). Private and org memories are edited only by their owner or an
+  org owner/admin already.
 - **edges**: write access to the source and read access to the target; ``SUPERSEDES`` and
   ``CONTRADICTS`` also need write access to the target.
 """
@@ -40,6 +46,11 @@ WRITE_ROLE = "contributor"
 TARGET_WRITE_RELATIONSHIPS = frozenset({"SUPERSEDES", "CONTRADICTS"})
 
 NOT_WRITABLE = "You may read this memory but not change it"
+NOT_MOVABLE = (
+    "Only the memory's owner, a maintainer of its project or an org admin may move it out of"
+    " its project (its readers would change)"
+)
+MOVE_ROLE = "maintainer"
 PROJECT_NOT_WRITABLE = "You may not write memories in this project"
 
 
@@ -90,6 +101,15 @@ def may_write(reader: Reader, target: Target) -> bool:
     if target.scope == "private":
         return target.owner_id == reader.user_id
     return target.owner_id == reader.user_id or is_org_admin(reader)
+
+
+def may_move(reader: Reader, target: Target) -> bool:
+    """True when ``reader``, who may write ``target``, may also change its scope or project
+    (see the module docstring: *moving*)."""
+    if target.scope != "project" or target.owner_id == reader.user_id or is_org_admin(reader):
+        return True
+    role = target.project_role
+    return role is not None and PROJECT_ROLE_RANK[role] >= PROJECT_ROLE_RANK[MOVE_ROLE]
 
 
 async def load_targets(
