@@ -44,6 +44,13 @@ from tests.conftest import PEPS_DIR
         (".. note::\n\n   See [[noted]].", ["noted"]),
         ("Example::\n\nnot indented, [[not_literal]]", ["not_literal"]),
         ("```\nfenced::\n```\n    [[after_fence]]", ["after_fence"]),
+        # docutils' rules, from a breaker's comparison with docutils 0.23
+        ("Install it like this::\n   then read [[a30]] today.", ["a30"]),  # no blank line
+        ("1. Install::\n   then read [[a31]]", ["a31"]),
+        ("# Title::\n\n  text [[a9]]", ["a9"]),  # a Markdown heading, not a marker
+        ("\tEx::\n\n    [[t2]]", ["t2"]),  # a tab is 8 columns: 4 spaces are not deeper
+        ("    Ex::\n\n\t[[t1]]", []),  # ... and a tab is deeper than 4 spaces
+        (".. CODE-BLOCK:: python\n\n   [[t7]]", []),  # directive names ignore case
     ],
 )
 def test_code_is_not_a_link_and_nothing_else_hides_one(body: str, expected: list[str]) -> None:

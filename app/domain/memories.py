@@ -81,7 +81,8 @@ _BLOCK_START = re.compile(r" {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>)"
 _BACKTICKS = re.compile(r"`+")
 _EXPLICIT_MARKUP = re.compile(r"[ \t]*\.\.(?:[ \t]|$)")  # ``.. note::``: a directive, no marker
 _CODE_DIRECTIVE = re.compile(
-    r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|doctest|testcode|testoutput|parsed-literal)::"
+    r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|doctest|testcode|testoutput|parsed-literal)::",
+    re.IGNORECASE,  # directive names are case-insensitive
 )
 
 
@@ -96,36 +97,43 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     blocks too: after a line ending in ``::`` (a paragraph's literal marker, ``Example::`` or a
     bare ``::``) or a code directive (``.. code-block::``, ``.. code::``, ``.. sourcecode::``,
     ``.. doctest::``, ``.. testcode::``, ``.. testoutput::``, ``.. parsed-literal::``; other
-    directives such as ``.. note::`` hold text), the lines indented deeper than it (blank lines
-    between them included), up to the first non-blank line that is not (docutils' rule). Lines
-    end at ``\n`` (one ``\r`` before it dropped). Linear in the text's length, whatever its
-    backticks. Not handled (documented): backslash-escaped backticks, Markdown's indented code
-    blocks (in a reStructuredText body an indented block is a block quote, whose links are
-    links)."""
+    directives such as ``.. note::`` hold text), the lines indented deeper than it (tabs to the
+    next multiple of 8 columns; blank lines between them included; after ``::`` only past a
+    blank line, else the paragraph goes on), up to the first non-blank line that is not
+    (docutils' rules). Lines end at ``\n`` (one ``\r`` before it dropped). Linear in the
+    text's length, whatever its backticks. Not handled (documented): backslash-escaped
+    backticks, a code directive's one-line argument, RST's quoted literal blocks (unindented
+    lines each starting with the same punctuation), Markdown's indented code blocks (in a
+    reStructuredText body an indented block is a block quote, whose links are links)."""
     regions: list[tuple[int, int]] = []
     runs: list[tuple[int, int, int]] = []  # backtick runs outside fences: start, end, paragraph
     paragraph, pos = 0, 0
     fence_char, fence_len, fence_start = "", 0, 0
     marker: int | None = None  # indentation of a literal-block marker line still waiting
+    marker_gap = False  # whether a blank line must (still) come before its block: after '::'
     literal: int | None = None  # indentation of the marker of the literal block we are in
     literal_start = 0
     for raw in text.split("\n"):
         end = min(pos + len(raw) + 1, len(text))
         line = raw[:-1] if raw.endswith("\r") else raw
         blank = not line.strip(" \t")
-        indent = len(line) - len(line.lstrip(" \t"))
+        columns = line.expandtabs(8)  # docutils: a tab advances to the next multiple of 8
+        indent = len(columns) - len(columns.lstrip(" "))
         if literal is not None:
             if blank or indent > literal:
                 pos = end
                 continue
             regions.append((literal_start, pos))
             literal, paragraph = None, paragraph + 1
-        elif marker is not None and not fence_char and not blank:
-            if indent > marker:
+        elif marker is not None and not fence_char:
+            if blank:
+                marker_gap = False
+            elif indent > marker and not marker_gap:
                 literal, literal_start, marker = marker, pos, None
                 pos = end
                 continue
-            marker = None
+            else:  # the paragraph goes on, or a definition: no literal block
+                marker = None
         found = _FENCE_LINE.fullmatch(line)
         if fence_char:
             if (
@@ -148,10 +156,14 @@ def code_regions(text: str) -> list[tuple[int, int]]:
             runs += [(pos + r.start(), pos + r.end(), paragraph) for r in _BACKTICKS.finditer(line)]
             if heading:  # a heading is one line: what follows is another paragraph
                 paragraph += 1
-            if _CODE_DIRECTIVE.match(line) or (
-                line.rstrip(" \t").endswith("::") and not _EXPLICIT_MARKUP.match(line)
+            if _CODE_DIRECTIVE.match(line):
+                marker, marker_gap = indent, False  # its options and body follow at once
+            elif (
+                line.rstrip(" \t").endswith("::")
+                and not heading
+                and not _EXPLICIT_MARKUP.match(line)
             ):
-                marker = indent
+                marker, marker_gap = indent, True  # a paragraph's '::': a blank line first
         pos = end
     if fence_char:
         regions.append((fence_start, len(text)))
