@@ -5,6 +5,7 @@ code is not (fenced blocks, inline code spans), and nothing else hides a link (r
 from __future__ import annotations
 
 import itertools
+import secrets
 
 import pytest
 
@@ -84,3 +85,49 @@ def test_the_pep_corpus_has_no_link_outside_code() -> None:
     bodies = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in peps.glob("pep-*")}
     assert sum("[[" in b for b in bodies.values()) >= 3
     assert {name: links(body) for name, body in bodies.items() if links(body)} == {}
+
+
+async def test_a_writes_cut_and_links_run_off_the_event_loop(engine, monkeypatch) -> None:
+    """Cutting a 1,000,000-character body and reading its links takes up to ~2 s of CPU: the
+    write runs it in a worker thread, so the event loop serves other requests meanwhile (a
+    breaker's 1 MB body held /healthz for a second when it ran on the loop)."""
+    import threading
+
+    from sqlalchemy import text
+
+    from app.domain import memories
+    from tests.builders import import_dicts
+
+    seen: list[str] = []
+    real = memories._prepare
+
+    def spy(data: memories.EntityData, evidence_lines: int):  # type: ignore[no-untyped-def]
+        seen.append(threading.current_thread().name)
+        return real(data, evidence_lines)
+
+    monkeypatch.setattr(memories, "_prepare", spy)
+    org = "org_loop_" + secrets.token_hex(4)
+    await import_dicts(
+        engine,
+        [
+            {"kind": "org", "id": org, "name": "Loop"},
+            {"kind": "user", "id": f"{org}_u", "org": org, "handle": "u", "role": "member"},
+        ],
+    )
+    body = "Example::\n\n    [[in_code]]\n\nSee [[elsewhere]].\n" * 20_000
+    data = memories.EntityData(
+        id="big",
+        type="document",
+        name="Big",
+        content=body,
+        scope="private",
+        project_id=None,
+        owner_id=f"{org}_u",
+    )
+    async with engine.begin() as conn:
+        outcome, _ = await memories.save_entity(conn, org_id=org, data=data, evidence_lines=40)
+        pending = await conn.execute(
+            text("SELECT count(*) FROM pending_links WHERE org_id = :o"), {"o": org}
+        )
+    assert outcome == "created" and pending.scalar() == 1  # [[elsewhere]] only, once
+    assert seen and seen[0] != threading.main_thread().name
