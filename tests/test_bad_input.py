@@ -169,3 +169,23 @@ async def test_metadata_nested_too_deep_is_422_and_writes_nothing(engine, client
     assert ok.status_code == 201, ok.text
     got = await call(client, "GET", "/api/entities/deep_ok", ann)
     assert got.status_code == 200 and got.json()["metadata"] == deepest
+
+
+@pytest.mark.parametrize(
+    ("sent", "applied"),
+    [
+        ({"window": -9, "content_max_chars": 10**20}, (1, 50_000)),
+        ({"window": 10**6, "content_max_chars": -5}, (64, 0)),
+        ({}, (3, 18_000)),
+    ],
+)
+async def test_slice_reports_the_bounds_it_applied(client, key, sent, applied):
+    """Out-of-range bounds are clamped and the applied values reported, the window's and the
+    character budget's alike (a breaker: the budget was clamped but not reported)."""
+    r = await client.post(
+        "/api/search/slice",
+        json={"entity_id": "x", **sent},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 200, r.text
+    assert (r.json()["window"], r.json()["content_max_chars"]) == applied

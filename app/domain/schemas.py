@@ -132,6 +132,11 @@ class SliceResponse(BaseModel):
     covers_parent: bool
     project_id: str | None
     content_chars: int
+    content_max_chars: int = Field(
+        description="The character budget applied to the window (the request's, clamped to "
+        f"{policy.SLICE_CHARS.low}..{policy.SLICE_CHARS.high}; default "
+        f"{policy.SLICE_CHARS.default})"
+    )
 
 
 class SearchRequest(_Request):

@@ -94,6 +94,7 @@ async def fetch_slice(
                 )
             ],
             window=size,
+            content_max_chars=budget,
             sliced=False,
             total=1,
             window_start=None,
@@ -146,6 +147,7 @@ async def fetch_slice(
         parent_type=parent.type,
         passages=passages,
         window=size,
+        content_max_chars=budget,
         sliced=True,
         total=len(passages),
         window_start=start,
