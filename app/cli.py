@@ -153,28 +153,43 @@ def keys_create(
     ] = None,
     label: Annotated[str | None, typer.Option(help="A note to recognise the key by")] = None,
 ) -> None:
-    """Mint an API key and print it, alone, on standard output (it is shown only once)."""
-    from app.domain.keys import create_key
+    """Mint an API key and print it, alone, on standard output (it is shown only once).
 
-    async def go() -> str:
+    A project of ``--projects`` that the user cannot read (a private project they are not a
+    member of) is accepted (membership may come later) with a warning on standard error: the
+    key reads nothing there until then."""
+    from app.domain.keys import create_key
+    from app.repo.readers import reader_by_key
+
+    async def go() -> tuple[str, list[str]]:
         engine = make_engine()
+        restricted = [p.strip() for p in projects.split(",")] if projects else None
         try:
             async with engine.begin() as conn:
                 _, key = await create_key(
                     conn,
                     user_id=user,
                     scopes=[s.strip() for s in scopes.split(",") if s.strip()],
-                    projects=[p.strip() for p in projects.split(",")] if projects else None,
+                    projects=restricted,
                     label=label,
                 )
-                return key
+                reader = await reader_by_key(conn, key=key)
+                readable = reader.can_read_project if reader is not None else (lambda _: True)
+                return key, [p for p in restricted or [] if not readable(p)]
         finally:
             await engine.dispose()
 
     try:
-        typer.echo(asyncio.run(go()))
+        key, unread = asyncio.run(go())
     except DomainError as exc:
         raise _err(exc.detail) from None
+    for project in unread:
+        typer.echo(
+            f"warning: {user} cannot read project {project} (private, not a member):"
+            " this key reads nothing there until they become one",
+            err=True,
+        )
+    typer.echo(key)
 
 
 @keys_cli.command("revoke")
