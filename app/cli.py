@@ -20,7 +20,7 @@ from app.bench.cli import bench_cli
 from app.cli_admin import register as register_admin_commands
 from app.cli_progress import console, port_in_use, progress, step
 from app.core.db import database_url, make_engine
-from app.core.errors import DomainError
+from app.core.errors import DomainError, causes
 from app.core.settings import get_settings
 
 cli = typer.Typer(
@@ -614,26 +614,15 @@ def _database_fault(error: BaseException) -> str | None:
         asyncpg.PostgresConnectionError,
         asyncpg.CannotConnectNowError,
     )
-    seen: BaseException | None = error
-    for _ in range(8):  # SQLAlchemy wraps the driver's error, which may wrap the socket's
-        if seen is None:
-            break
+    for seen in causes(error):  # SQLAlchemy wraps the driver's error, which may wrap the socket's
         if isinstance(seen, reachable):
             return (str(seen).splitlines() or [type(seen).__name__])[0]
-        seen = getattr(seen, "orig", None) or seen.__cause__
     return None
 
 
 def _lock_timeout(error: BaseException) -> bool:
     """Whether ``error`` is (or wraps) PostgreSQL's lock timeout (SQLSTATE 55P03)."""
-    seen: BaseException | None = error
-    for _ in range(8):
-        if seen is None:
-            return False
-        if getattr(seen, "sqlstate", None) == "55P03":
-            return True
-        seen = getattr(seen, "orig", None) or seen.__cause__
-    return False
+    return any(getattr(seen, "sqlstate", None) == "55P03" for seen in causes(error))
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ stack trace. 422 is left to payload-shape validation (pydantic): :func:`shape_er
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypedDict
 
 
@@ -114,3 +114,18 @@ def shape_message(errors: Sequence[ShapeError], *, what: str = "request") -> str
     if len(errors) > MAX_LISTED_ERRORS:
         parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more")
     return f"Invalid {what}: " + "; ".join(parts) if parts else f"Invalid {what}"
+
+
+def causes(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and everything in its chain of causes, each once: a driver error wrapped by
+    SQLAlchemy (``orig``), raised from another (``__cause__``) or while handling one
+    (``__context__``)."""
+    pending: list[BaseException | None] = [error]
+    seen: set[int] = set()
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        pending += [getattr(current, "orig", None), current.__cause__, current.__context__]

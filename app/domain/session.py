@@ -13,7 +13,14 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import one_statement, read_tx, write_tx
-from app.core.errors import BadRequest, DomainError, Forbidden, Unauthorized, Unavailable
+from app.core.errors import (
+    BadRequest,
+    DomainError,
+    Forbidden,
+    Unauthorized,
+    Unavailable,
+    causes,
+)
 from app.domain import write_rules
 from app.domain.reader import Reader
 from app.domain.validation import BAD_TEXT
@@ -90,17 +97,7 @@ def as_bad_text(error: BaseException) -> BadRequest | None:
 def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
     """True when ``error`` or anything in its chain of causes (``orig``, ``__cause__``,
     ``__context__``) is a ``kind``."""
-    pending: list[BaseException | None] = [error]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if current is None or id(current) in seen:
-            continue
-        if isinstance(current, kind):
-            return True
-        seen.add(id(current))
-        pending += [getattr(current, "orig", None), current.__cause__, current.__context__]
-    return False
+    return any(isinstance(current, kind) for current in causes(error))
 
 
 FAULTS = (sa_exc.SQLAlchemyError, OSError, ConnectionError, UnicodeError)
