@@ -209,6 +209,38 @@ async def test_a_malformed_request_tells_a_non_admin_no_more_than_a_clean_one(cl
     assert r.status_code == 200 and r.json()["plan_mode"] == "generic"
 
 
+ODD_REQUESTS = [
+    ("GET", "/api/admin/explain/search", None),
+    ("PUT", "/api/admin/explain/search", b"{}"),
+    ("OPTIONS", "/api/admin/explain/search", None),
+    ("POST", "/api/admin/explain/search/", b"{}"),
+    ("POST", "/api/admin/doctor", None),
+    ("GET", "/api/admin/doctor/", None),
+    ("POST", "/api/admin/users", b"{not json"),
+    ("POST", "/api/admin/users", b'{"id": 5}'),
+]
+
+
+async def test_no_method_slash_or_body_tells_a_non_admin_that_an_admin_route_exists(client, keys):
+    """A wrong method (405 with ``Allow``), a trailing slash (the router's 307) and a body that
+    fails validation (422, or 401 without a key) each told the admin routes apart from absent
+    ones (a breaker's second round): for anyone but an admin they are the one 404, headers and
+    all, like an unknown admin route; an admin still gets the 405s and 422s."""
+    for headers in ({}, _auth(keys["read"]), _auth("not-a-key")):
+        unknown = await client.get("/api/admin/no_such_route", headers=headers)
+        for method, path, content in ODD_REQUESTS:
+            json_headers = {**headers, "Content-Type": "application/json"}
+            r = await client.request(method, path, content=content, headers=json_headers)
+            assert (r.status_code, r.json()) == (404, {"detail": "Not found"}), (method, path)
+            assert dict(r.headers) == dict(unknown.headers), (method, path)
+    admin = {**_auth(keys["admin"]), "Content-Type": "application/json"}
+    seen = []
+    for method, path, content in ODD_REQUESTS:
+        r = await client.request(method, path, content=content, headers=admin)
+        seen.append(r.status_code)
+    assert seen == [405, 405, 405, 404, 405, 404, 422, 422]
+
+
 def test_cli_prints_statements_parameters_and_plans(database_url, world):
     runner = CliRunner()
     result = runner.invoke(

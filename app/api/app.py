@@ -22,12 +22,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
 from app.api.errors import invalid_payload
-from app.api.limits import BodyLimit
+from app.api.limits import BodyLimit, HiddenAdmin
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
 from app.domain import refresher
 from app.domain.directory import HIDDEN
+from app.domain.explain import admin_for_key
 from app.domain.session import map_fault, require_key
 from app.mcp.http import mount_mcp
 
@@ -82,6 +83,8 @@ def create_app(
         # NaN): location, message and type only. Every /api route needs a key: without one the
         # answer is the 401, as it comes before a 400 (and over MCP, before any argument check).
         scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
+        if request.url.path.startswith("/api/admin/") and not await _is_admin(request):
+            return JSONResponse({"detail": HIDDEN}, status_code=404)  # the route is not theirs
         if request.url.path.startswith("/api/"):
             try:
                 require_key(key if scheme.lower() == "bearer" else None)
@@ -89,10 +92,28 @@ def create_app(
                 return await _domain(request, missing)
         return invalid_payload(exc.errors())
 
+    async def _is_admin(request: Request) -> bool:
+        """Whether the request's key may use the /api/admin routes (a database fault: no)."""
+        scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
+        try:
+            await admin_for_key(
+                request.app.state.engine, key if scheme.lower() == "bearer" else None
+            )
+        except DomainError:
+            return False
+        return True
+
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # An unknown route (404) or method (405): the one body, and a 404 worded exactly as
-        # the admin routes answer a key that may not see them, so the two cannot be told apart.
+        # the admin routes answer a key that may not see them, so the two cannot be told apart;
+        # a method an admin route does not take is that 404 too, but for an admin key.
+        if (
+            exc.status_code == 405
+            and request.url.path.startswith("/api/admin/")
+            and not await _is_admin(request)
+        ):
+            return JSONResponse({"detail": HIDDEN}, status_code=404)
         detail = HIDDEN if exc.status_code == 404 else str(exc.detail)
         return JSONResponse(
             {"detail": detail}, status_code=exc.status_code, headers=exc.headers or None
@@ -121,5 +142,6 @@ def create_app(
     app.include_router(admin.admin)  # /api/admin/explain/{verb}, admin keys only
     app.include_router(writes.router)  # /api/entities, /api/edges, /api/admin/{users,...}
     mcp_lifespan = mount_mcp(app, settings=s)  # MCP over streamable HTTP at /mcp, same keys
+    app.add_middleware(HiddenAdmin)  # /api/admin/...: a trailing slash is a 404, not a 307
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     return app
