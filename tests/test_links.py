@@ -131,3 +131,55 @@ async def test_a_writes_cut_and_links_run_off_the_event_loop(engine, monkeypatch
         )
     assert outcome == "created" and pending.scalar() == 1  # [[elsewhere]] only, once
     assert seen and seen[0] != threading.main_thread().name
+
+
+async def test_a_body_links_at_most_1000_memories(engine, client) -> None:
+    """A body of 30,000 distinct links could never be written (its mentions outlasted the
+    statement timeout on every try: a 503 asking for a retry that could not succeed). Up to
+    1,000 are written (pending here: no such memories); past that the write is a 400 that says
+    why and writes nothing, over REST and in an import line alike."""
+    from app.importers import ndjson
+    from tests.builders import import_dicts
+    from tests.team import Team, answer, call
+
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    many = " ".join(f"[[target_{i}]]" for i in range(1_000))
+    r = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        json={"id": "linky", "type": "note", "name": "Linky", "content": many, "project": "p1"},
+    )
+    assert r.status_code == 201, r.text
+    over = many + " [[target_1000]] [[target_0]]"
+    r = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        json={"id": "linkier", "type": "note", "name": "L", "content": over, "project": "p1"},
+    )
+    refused = (400, {"detail": "content links more than 1000 memories ([[id]])"})
+    assert answer(r) == refused
+    r = await call(client, "PATCH", "/api/entities/linky", ann, json={"content": over})
+    assert answer(r) == refused
+    assert answer(await call(client, "GET", "/api/entities/linkier", ann))[0] == 404
+    with pytest.raises(ndjson.ImportError_) as caught:
+        await import_dicts(
+            engine,
+            [
+                {
+                    "kind": "entity",
+                    "id": "linkiest",
+                    "org": t.org,
+                    "type": "note",
+                    "name": "L",
+                    "content": over,
+                    "project": "p1",
+                    "owner": t.u("ann"),
+                }
+            ],
+        )
+    assert "content links more than 1000 memories" in str(caught.value)

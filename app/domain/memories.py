@@ -43,6 +43,10 @@ from app.repo import writes
 
 LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
 MAX_CONTENT_CHARS = 1_000_000
+MAX_LINKS = 1_000
+"""Distinct ``[[id]]`` link targets one body may hold (more: 400). A breaker's body of 30,000
+links could never be written: deriving its mentions outlasted the statement timeout on every
+try (a 503 that asked for a retry that could not succeed)."""
 
 Outcome = Literal["created", "updated", "unchanged", "repaired"]
 
@@ -236,13 +240,15 @@ def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
 
 def checked_cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
     """Apply the rules every memory write obeys (:mod:`app.domain.write_rules`: no reserved
-    type or id, scope and project agree; a body of at most 1,000,000 characters) and return its
-    cut. Raises ``BadRequest`` naming the rule."""
+    type or id, scope and project agree; a body of at most 1,000,000 characters linking at most
+    1,000 memories) and return its cut. Raises ``BadRequest`` naming the rule."""
     write_rules.memory_type(data.type)
     write_rules.memory_id(data.id)
     write_rules.check_scope(data.scope, data.project_id)
     if len(data.content) > MAX_CONTENT_CHARS:
         raise BadRequest(f"content is longer than {MAX_CONTENT_CHARS} characters")
+    if len(links(data.content)) > MAX_LINKS:
+        raise BadRequest(f"content links more than {MAX_LINKS} memories ([[id]])")
     return cut(data, evidence_lines=evidence_lines)
 
 
