@@ -171,6 +171,31 @@ async def test_metadata_nested_too_deep_is_422_and_writes_nothing(engine, client
     assert got.status_code == 200 and got.json()["metadata"] == deepest
 
 
+async def test_metadata_larger_than_64k_characters_is_422_and_writes_nothing(engine, client):
+    """One memory with 400,000 metadata keys slowed every read returning it, for everyone (a
+    breaker's trial): metadata over 65,536 characters of compact JSON is a 422 that writes
+    nothing; exactly that much is stored and read back."""
+    from app.domain.write_schemas import METADATA_MAX_CHARS
+
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    text = await _metadata_refused(client, ann, json.dumps({f"k{i}": i for i in range(400_000)}))
+    assert f"larger than {METADATA_MAX_CHARS} characters of JSON" in text
+    fits = {"x": "y" * (METADATA_MAX_CHARS - len('{"x":""}'))}
+    assert len(json.dumps(fits, separators=(",", ":"))) == METADATA_MAX_CHARS
+    ok = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        json={"id": "meta_full", "type": "note", "name": "n", "project": "p1", "metadata": fits},
+    )
+    assert ok.status_code == 201, ok.text
+    got = await call(client, "GET", "/api/entities/meta_full", ann)
+    assert got.json()["metadata"] == fits
+    await _metadata_refused(client, ann, json.dumps({"x": "y" * (METADATA_MAX_CHARS - 7)}))
+
+
 @pytest.mark.parametrize(
     ("sent", "applied"),
     [

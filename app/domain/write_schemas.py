@@ -9,6 +9,7 @@ a 400 raised by the domain with the reason.
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -29,10 +30,17 @@ itself is level 1). Deeper JSON was stored and then failed every read of the mem
 (its serializer recursed too deep; a new-user trial, 2026-12-01)."""
 
 
+METADATA_MAX_CHARS = 65_536
+"""The largest ``metadata`` a memory may hold, in characters of compact JSON. Unbounded, one
+memory with 400,000 keys slowed every read that returned it by most of a second, for everyone
+(a breaker's trial, 2026-12-01); bodies belong in ``content``."""
+
+
 def _json_fault(value: Any) -> str | None:
     """Why ``value`` cannot be stored as a memory's metadata (None: it can): a NaN or infinite
-    number (jsonb cannot store them), or nesting deeper than :data:`METADATA_MAX_DEPTH`.
-    Iterative, so no input can exhaust the stack."""
+    number (jsonb cannot store them), nesting deeper than :data:`METADATA_MAX_DEPTH`, or more
+    than :data:`METADATA_MAX_CHARS` characters of compact JSON. Iterative, so no input can
+    exhaust the stack."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -43,6 +51,8 @@ def _json_fault(value: Any) -> str | None:
                 return f"nesting deeper than {METADATA_MAX_DEPTH} levels of objects and arrays"
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
+    if len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))) > METADATA_MAX_CHARS:
+        return f"larger than {METADATA_MAX_CHARS} characters of JSON"
     return None
 
 
