@@ -145,6 +145,8 @@ def normalize_lifecycles(values: list[str] | None) -> list[str]:
     nothing but ``retired`` (or nothing at all) was named."""
     if values is None:
         return list(policy.SEARCH_LIFECYCLES)
+    if len(values) > policy.MAX_NAMES:
+        raise BadRequest(f"lifecycle may list at most {policy.MAX_NAMES} names")
     out: list[str] = []
     for value in values:
         name = value.strip().lower()
