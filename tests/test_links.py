@@ -52,6 +52,9 @@ from tests.conftest import PEPS_DIR
         ("\tEx::\n\n    [[t2]]", ["t2"]),  # a tab is 8 columns: 4 spaces are not deeper
         ("    Ex::\n\n\t[[t1]]", []),  # ... and a tab is deeper than 4 spaces
         (".. CODE-BLOCK:: python\n\n   [[t7]]", []),  # directive names ignore case
+        ("Para.\n\n>>> x = [[a]]\n[[still_doctest]]\n\nSee [[after]].", ["after"]),  # doctest
+        ("Not a start >>> [[mid]]", ["mid"]),  # '>>>' opens a doctest block only a paragraph
+        ("Example\\::\n\n    [[escaped]]", ["escaped"]),  # an escaped marker is text
     ],
 )
 def test_code_is_not_a_link_and_nothing_else_hides_one(body: str, expected: list[str]) -> None:

@@ -106,11 +106,14 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     directives such as ``.. note::`` hold text), the lines indented deeper than it (tabs to the
     next multiple of 8 columns; blank lines between them included; after ``::`` only past a
     blank line, else the paragraph goes on), up to the first non-blank line that is not
-    (docutils' rules). Lines end at ``\n`` (one ``\r`` before it dropped). Linear in the
-    text's length, whatever its backticks. Not handled (documented): backslash-escaped
-    backticks, a code directive's one-line argument, RST's quoted literal blocks (unindented
-    lines each starting with the same punctuation), Markdown's indented code blocks (in a
-    reStructuredText body an indented block is a block quote, whose links are links)."""
+    (docutils' rules; ``\\::`` is no marker). And doctest blocks: a paragraph opening with
+    ``>>> `` (in a Markdown body that would be a quote three levels deep; REPL sessions are far
+    more common), up to the next blank line. Lines end at ``\n`` (one ``\r`` before it
+    dropped). Linear in the text's length, whatever its backticks. Not handled (documented):
+    backslash-escaped backticks, a code directive's one-line argument, literal blocks inside
+    footnotes and citations, RST's quoted literal blocks (unindented lines each starting with the
+    same punctuation), Markdown's indented code blocks (in a reStructuredText body an indented
+    block is a block quote, whose links are links)."""
     regions: list[tuple[int, int]] = []
     runs: list[tuple[int, int, int]] = []  # backtick runs outside fences: start, end, paragraph
     paragraph, pos = 0, 0
@@ -119,12 +122,30 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     marker_gap = False  # whether a blank line must (still) come before its block: after '::'
     literal: int | None = None  # indentation of the marker of the literal block we are in
     literal_start = 0
+    doctest: int | None = None  # start of the doctest block ('>>> ' paragraph) we are in
+    after_blank = True  # the line before was blank (or this is the first): a paragraph starts
     for raw in text.split("\n"):
         end = min(pos + len(raw) + 1, len(text))
         line = raw[:-1] if raw.endswith("\r") else raw
         blank = not line.strip(" \t")
         columns = line.expandtabs(8)  # docutils: a tab advances to the next multiple of 8
         indent = len(columns) - len(columns.lstrip(" "))
+        starts_paragraph, after_blank = after_blank, blank
+        if doctest is not None:
+            if not blank:
+                pos = end
+                continue
+            regions.append((doctest, pos))
+            doctest, paragraph = None, paragraph + 1
+        elif (
+            starts_paragraph
+            and literal is None
+            and not fence_char
+            and columns.lstrip(" ").startswith(">>> ")
+        ):  # a doctest block: a paragraph opening with '>>> ', up to the next blank line
+            doctest, marker = pos, None
+            pos = end
+            continue
         if literal is not None:
             if blank or indent > literal:
                 pos = end
@@ -166,6 +187,7 @@ def code_regions(text: str) -> list[tuple[int, int]]:
                 marker, marker_gap = indent, False  # its options and body follow at once
             elif (
                 line.rstrip(" \t").endswith("::")
+                and not line.rstrip(" \t").endswith("\\::")  # an escaped marker is text
                 and not heading
                 and not _EXPLICIT_MARKUP.match(line)
             ):
@@ -175,6 +197,8 @@ def code_regions(text: str) -> list[tuple[int, int]]:
         regions.append((fence_start, len(text)))
     if literal is not None:
         regions.append((literal_start, len(text)))
+    if doctest is not None:
+        regions.append((doctest, len(text)))
     closer: list[int | None] = [None] * len(runs)  # the next run of the same length, paragraph
     last: dict[tuple[int, int], int] = {}
     for i in range(len(runs) - 1, -1, -1):
