@@ -186,3 +186,38 @@ async def test_a_body_links_at_most_1000_memories(engine, client) -> None:
             ],
         )
     assert "content links more than 1000 memories" in str(caught.value)
+
+
+async def test_bodies_are_cut_one_at_a_time(monkeypatch) -> None:
+    """Worker threads share the interpreter lock: six big bodies cut at once paused the event
+    loop 1.2 s. Concurrent writes cut one body at a time (the others wait in their threads)."""
+    import asyncio
+    import threading
+    import time
+
+    from app.domain import memories
+
+    active, most = 0, 0
+    guard = threading.Lock()
+
+    def slow_cut(data: memories.EntityData, *, evidence_lines: int) -> None:
+        nonlocal active, most
+        with guard:
+            active += 1
+            most = max(most, active)
+        time.sleep(0.05)
+        with guard:
+            active -= 1
+
+    monkeypatch.setattr(memories, "checked_cut", slow_cut)
+    data = memories.EntityData(
+        id="x",
+        type="note",
+        name="n",
+        content="text",
+        scope="private",
+        project_id=None,
+        owner_id="u",
+    )
+    await asyncio.gather(*(asyncio.to_thread(memories._prepare, data, 40) for _ in range(4)))
+    assert most == 1

@@ -29,6 +29,7 @@ import bisect
 import functools
 import re
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -243,11 +244,19 @@ def _links(content: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m.group(1) for m in found))
 
 
+_CUTTING = threading.Lock()
+
+
 def _prepare(data: EntityData, evidence_lines: int) -> spans.Projection | None:
     """:func:`checked_cut` of ``data``, and its links read once (kept for the write's later
-    asks): the CPU-bound part of a write, run off the event loop by :func:`save_entity`."""
-    projection = checked_cut(data, evidence_lines=evidence_lines)
-    links(data.content)
+    asks): the CPU-bound part of a write, run off the event loop by :func:`save_entity`, one
+    body at a time per process. Threads share the interpreter lock, so each more cutting at once
+    took a bigger share from the event loop: six 1,000,000-character bodies of one-character
+    lines cut together paused it 1.2 s; one at a time, about 0.15 s (the others wait their
+    turn in their worker threads, not on the loop)."""
+    with _CUTTING:
+        projection = checked_cut(data, evidence_lines=evidence_lines)
+        links(data.content)
     return projection
 
 
