@@ -143,6 +143,15 @@ async def test_oversized_streamed_body_is_413(client, key):
     assert r.json() == {"detail": "Request body is larger than 8388608 bytes"}
 
 
+async def _stored_and_read_back(client, key: str, id_: str, metadata: dict) -> None:
+    """A memory created with ``metadata`` (201) reads it back unchanged."""
+    body = {"id": id_, "type": "note", "name": "n", "project": "p1", "metadata": metadata}
+    ok = await call(client, "POST", "/api/entities", key, json=body)
+    assert ok.status_code == 201, ok.text
+    got = await call(client, "GET", f"/api/entities/{id_}", key)
+    assert got.status_code == 200 and got.json()["metadata"] == metadata
+
+
 @pytest.mark.parametrize("depth", [65, 300])
 async def test_metadata_nested_too_deep_is_422_and_writes_nothing(engine, client, depth):
     """Metadata nested 280-300 levels deep was stored, answered 500 (the response's serializer
@@ -158,17 +167,7 @@ async def test_metadata_nested_too_deep_is_422_and_writes_nothing(engine, client
         return '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
 
     await _metadata_refused(client, ann, nested(depth))
-    deepest = json.loads(nested(METADATA_MAX_DEPTH))
-    ok = await call(
-        client,
-        "POST",
-        "/api/entities",
-        ann,
-        json={"id": "deep_ok", "type": "note", "name": "n", "project": "p1", "metadata": deepest},
-    )
-    assert ok.status_code == 201, ok.text
-    got = await call(client, "GET", "/api/entities/deep_ok", ann)
-    assert got.status_code == 200 and got.json()["metadata"] == deepest
+    await _stored_and_read_back(client, ann, "deep_ok", json.loads(nested(METADATA_MAX_DEPTH)))
 
 
 async def test_metadata_larger_than_64k_characters_is_422_and_writes_nothing(engine, client):
@@ -183,16 +182,7 @@ async def test_metadata_larger_than_64k_characters_is_422_and_writes_nothing(eng
     assert f"larger than {METADATA_MAX_CHARS} characters of JSON" in text
     fits = {"x": "y" * (METADATA_MAX_CHARS - len('{"x":""}'))}
     assert len(json.dumps(fits, separators=(",", ":"))) == METADATA_MAX_CHARS
-    ok = await call(
-        client,
-        "POST",
-        "/api/entities",
-        ann,
-        json={"id": "meta_full", "type": "note", "name": "n", "project": "p1", "metadata": fits},
-    )
-    assert ok.status_code == 201, ok.text
-    got = await call(client, "GET", "/api/entities/meta_full", ann)
-    assert got.json()["metadata"] == fits
+    await _stored_and_read_back(client, ann, "meta_full", fits)
     await _metadata_refused(client, ann, json.dumps({"x": "y" * (METADATA_MAX_CHARS - 7)}))
 
 
