@@ -356,3 +356,75 @@ async def test_search_statistics_say_when_an_org_is_due(engine, client):
     await term_stats.refresh_orgs(engine, [due.org])
     assert (await operator(both)).status == "ok"
     assert (await org_admin(due))["status"] == "ok"
+
+
+def test_a_rebuild_leaves_its_tables_analyzed_not_stale(database_url, monkeypatch):
+    """PostgreSQL reports a session's row counts at most once a second: the rows a rebuild wrote
+    in its last second were counted *after* its ``VACUUM (ANALYZE)`` and showed as changed since
+    it, so a fresh ``make run`` made doctor warn that ``community_members`` was stale (a
+    new-user trial). The writer's counts are flushed before the vacuum: nothing is left changed
+    since ANALYZE, and the live-row estimate is the real count (it was doubled). Own database:
+    no other test's counts in flight."""
+    from app.cli import _rebuild_communities
+    from tests.team import Team
+
+    name = f"sibyl_flush_{secrets.token_hex(4)}"
+    admin = with_database(database_url, "postgres")
+    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
+    url = with_database(database_url, name)
+    try:
+        upgrade(url)
+        monkeypatch.setenv("DATABASE_URL", url)
+        get_settings.cache_clear()
+        t = Team()
+
+        def link(src: str, dst: str) -> dict[str, Any]:
+            return {"kind": "mention", "org": t.org, "src": src, "dst": dst}
+
+        notes = [
+            {
+                "kind": "entity",
+                "org": t.org,
+                "id": f"c{i}",
+                "type": "note",
+                "name": f"c{i}",
+                "content": "words",
+                "project": "p1",
+                "owner": t.u("bob"),
+            }
+            for i in range(12)
+        ]
+        links = [link(f"c{i}", f"c{j}") for i in range(12) for j in range(12) if i < j]
+
+        async def load() -> None:
+            engine = make_engine(url)
+            try:
+                await t.load(engine, extra=[*notes, *links])
+            finally:
+                await engine.dispose()
+
+        asyncio.run(load())
+        _rebuild_communities([t.org])
+
+        async def stats() -> list[tuple[str, int, int, int]]:
+            conn = await asyncpg.connect(url)
+            try:
+                rows = await conn.fetch(
+                    "SELECT relname, n_mod_since_analyze, n_live_tup FROM pg_stat_user_tables"
+                    " WHERE relname IN ('communities', 'community_members')"
+                )
+                counts = {
+                    t: await conn.fetchval(f"SELECT count(*) FROM {t}")
+                    for t in ("communities", "community_members")
+                }
+                return [(r[0], r[1], r[2], counts[r[0]]) for r in rows]
+            finally:
+                await conn.close()
+
+        found = asyncio.run(stats())
+        assert found and all(count > 0 for *_, count in found)
+        for table, changed, live, count in found:
+            assert (changed, live) == (0, count), table
+    finally:
+        get_settings.cache_clear()
+        asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -172,3 +172,12 @@ def cancelling() -> bool:
     failure of its own)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+FLUSH_STATISTICS_SQL = "/* sibyl:flush_statistics */ SELECT pg_stat_force_next_flush()"
+"""Sent on the connection that wrote, just before a ``VACUUM (ANALYZE)``: PostgreSQL (15+)
+reports a session's row counts to the statistics views at most once a second, so counts of
+writes from the last second, reported *after* the ANALYZE, showed as rows changed since it
+(and doubled ``n_live_tup``): a fresh ``make run`` made ``doctor`` warn that
+``community_members`` was stale (a new-user trial). The function's flush happens before the
+server answers it. Executable by every role (PUBLIC), no privilege needed."""

@@ -49,6 +49,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.core.db import FLUSH_STATISTICS_SQL
 from app.core.errors import BadRequest, DomainError
 from app.domain import write_rules
 from app.domain.memories import (
@@ -507,6 +508,7 @@ async def vacuum(engine: AsyncEngine) -> None:
         assert raw is not None
         await raw.execute("SET statement_timeout = 0")
         try:
+            await raw.execute(FLUSH_STATISTICS_SQL)  # counts of the last second's writes first
             await raw.execute(VACUUM_SQL, timeout=VACUUM_TIMEOUT_S)
         finally:
             await raw.execute("RESET statement_timeout")

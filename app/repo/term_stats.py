@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.core.db import FLUSH_STATISTICS_SQL
+
 ORG_AUDIENCE = "*"
 """The audience of org-scoped memories (no project or memory id can be ``*``)."""
 
@@ -392,7 +394,9 @@ VACUUM_SQL = text("/* sibyl:term_stats.vacuum */ VACUUM (ANALYZE) term_audiences
 
 
 async def vacuum(conn: AsyncConnection) -> None:
-    """``VACUUM (ANALYZE)`` the statistics tables; ``conn`` must be in autocommit mode."""
+    """``VACUUM (ANALYZE)`` the statistics tables; ``conn`` must be in autocommit mode (its
+    pending row counts are flushed first: :data:`app.core.db.FLUSH_STATISTICS_SQL`)."""
+    await conn.execute(text(FLUSH_STATISTICS_SQL))
     await conn.execute(VACUUM_SQL)
 
 
