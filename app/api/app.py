@@ -22,14 +22,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
 from app.api.errors import invalid_payload
-from app.api.limits import BodyLimit, HiddenAdmin
+from app.api.limits import ADMIN_PREFIX, BodyLimit, HiddenAdmin
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
 from app.domain import refresher
 from app.domain.directory import HIDDEN
-from app.domain.explain import admin_for_key
-from app.domain.session import map_fault, require_key
+from app.domain.session import admin_for_key, map_fault, require_key
 from app.mcp.http import mount_mcp
 
 log = logging.getLogger("sibyl_pg")
@@ -82,23 +81,24 @@ def create_app(
         # caller's input is not echoed back (it may be an id, or not even JSON-encodable, e.g.
         # NaN): location, message and type only. Every /api route needs a key: without one the
         # answer is the 401, as it comes before a 400 (and over MCP, before any argument check).
-        scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
-        if request.url.path.startswith("/api/admin/") and not await _is_admin(request):
+        if request.url.path.startswith(ADMIN_PREFIX) and not await _is_admin(request):
             return JSONResponse({"detail": HIDDEN}, status_code=404)  # the route is not theirs
         if request.url.path.startswith("/api/"):
             try:
-                require_key(key if scheme.lower() == "bearer" else None)
+                require_key(_bearer(request))
             except Unauthorized as missing:
                 return await _domain(request, missing)
         return invalid_payload(exc.errors())
 
+    def _bearer(request: Request) -> str | None:
+        """The request's bearer key (None: none sent)."""
+        scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
+        return key if scheme.lower() == "bearer" else None
+
     async def _is_admin(request: Request) -> bool:
         """Whether the request's key may use the /api/admin routes (a database fault: no)."""
-        scheme, key = get_authorization_scheme_param(request.headers.get("authorization"))
         try:
-            await admin_for_key(
-                request.app.state.engine, key if scheme.lower() == "bearer" else None
-            )
+            await admin_for_key(request.app.state.engine, _bearer(request))
         except DomainError:
             return False
         return True
@@ -110,7 +110,7 @@ def create_app(
         # a method an admin route does not take is that 404 too, but for an admin key.
         if (
             exc.status_code == 405
-            and request.url.path.startswith("/api/admin/")
+            and request.url.path.startswith(ADMIN_PREFIX)
             and not await _is_admin(request)
         ):
             return JSONResponse({"detail": HIDDEN}, status_code=404)

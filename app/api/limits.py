@@ -81,6 +81,10 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+ADMIN_PREFIX = "/api/admin/"
+"""Paths of the admin routes, which answer every non-admin caller as if they did not exist."""
+
+
 class HiddenAdmin:
     """A path under ``/api/admin`` that ends in ``/`` answers ``404 {"detail": "Not found"}``,
     like an unknown admin route, instead of the router's 307 redirect to the route without it
@@ -88,15 +92,13 @@ class HiddenAdmin:
     apart are closed in :mod:`app.api.app` (405 and 422 there are 404 for non-admins) and in
     the routes (the key is checked before the rest of a request is read)."""
 
-    PREFIX = "/api/admin/"
-
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """ASGI entry point."""
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path.startswith(self.PREFIX) and path.endswith("/"):
+        if path.startswith(ADMIN_PREFIX) and path.endswith("/"):
             await JSONResponse({"detail": ADMIN_HIDDEN}, status_code=404)(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -31,10 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.db import read_tx
 from app.core.migrations import head_revision
 from app.core.settings import get_settings
-from app.domain.permissions import ADMIN_HIDDEN, require_admin
-from app.domain.session import FAULTS, raise_fault
+from app.domain.permissions import ADMIN_HIDDEN
+from app.domain.session import FAULTS, admin_for_key, raise_fault
 from app.repo import doctor as repo
-from app.repo.readers import reader_by_key
 from app.repo.tables import Base
 
 Status = Literal["ok", "info", "warn", "fail"]
@@ -718,10 +717,9 @@ async def doctor_for_key(engine: AsyncEngine, key: str | None) -> DoctorReport:
     """
 
     async def go() -> DoctorReport:
-        async with read_tx(engine) as conn:
-            # Server facts are for an org owner's or admin's unrestricted admin key
-            # only (the rule of every /api/admin route).
-            reader = require_admin(await reader_by_key(conn, key=key) if key else None)
+        # Server facts are for an org owner's or admin's unrestricted admin key only (the rule
+        # of every /api/admin route).
+        reader = await admin_for_key(engine, key)
         return judge(await gather(engine, orgs=[reader.org_id]), detail=False)
 
     return await _guarded(go())

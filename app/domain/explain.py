@@ -218,23 +218,6 @@ async def explain_for_key(
     return await _guarded(go())
 
 
-async def admin_for_key(engine: AsyncEngine, key: str | None) -> Reader:
-    """The reader of ``key`` when it may use the ``/api/admin`` routes, checked before anything
-    else of a request is read (its query or body): anyone else gets ``NotFound("Not found")``
-    whatever they sent, so a malformed request tells them no more than a clean one (a breaker
-    told the explain route apart by its 401/422 answers to bad parameters). Database faults
-    raise ``Unavailable``."""
-
-    async def go() -> Reader:
-        async with explain_repo.rolled_back_read(engine) as conn:
-            return require_admin(await reader_by_key(conn, key=key) if key else None)
-
-    try:
-        return await go()
-    except FAULTS as error:
-        raise_fault(error)
-
-
 async def explain_for_user(
     engine: AsyncEngine,
     user_id: str,

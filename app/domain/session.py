@@ -22,6 +22,7 @@ from app.core.errors import (
     causes,
 )
 from app.domain import write_rules
+from app.domain.permissions import require_admin
 from app.domain.reader import Reader
 from app.domain.validation import BAD_TEXT
 from app.repo.readers import reader_by_key
@@ -173,6 +174,20 @@ async def run_snapshot(
                 continue
             raise_fault(error)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def admin_for_key(engine: AsyncEngine, key: str | None) -> Reader:
+    """The reader of ``key`` when it may use the ``/api/admin`` routes
+    (:func:`app.domain.permissions.require_admin`), in a read transaction of its own: checked
+    before anything else of a request is read (its query or body), so anyone else gets
+    ``NotFound("Not found")`` whatever they sent and a malformed request tells them no more than
+    a clean one (a breaker told the explain route apart by its 401/422 answers to bad
+    parameters). Database faults raise ``Unavailable``."""
+    try:
+        async with read_tx(engine) as conn:
+            return require_admin(await reader_by_key(conn, key=key) if key else None)
+    except FAULTS as error:
+        raise_fault(error)
 
 
 async def run_read(
