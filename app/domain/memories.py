@@ -175,7 +175,7 @@ def code_regions(text: str) -> list[tuple[int, int]]:
         elif found and not (found.group(1)[0] == "`" and "`" in found.group(2)):
             fence_char, fence_len, fence_start = found.group(1)[0], len(found.group(1)), pos
             paragraph += 1
-        elif not line.strip(" \t"):
+        elif blank:
             paragraph += 1
         else:
             heading = _ATX_LINE.match(line) is not None
@@ -248,16 +248,14 @@ _CUTTING = threading.Lock()
 
 
 def _prepare(data: EntityData, evidence_lines: int) -> spans.Projection | None:
-    """:func:`checked_cut` of ``data``, and its links read once (kept for the write's later
+    """:func:`checked_cut` of ``data`` (which reads its links too, kept for the write's later
     asks): the CPU-bound part of a write, run off the event loop by :func:`save_entity`, one
     body at a time per process. Threads share the interpreter lock, so each more cutting at once
     took a bigger share from the event loop: six 1,000,000-character bodies of one-character
     lines cut together paused it 1.2 s; one at a time, about 0.15 s (the others wait their
     turn in their worker threads, not on the loop)."""
     with _CUTTING:
-        projection = checked_cut(data, evidence_lines=evidence_lines)
-        links(data.content)
-    return projection
+        return checked_cut(data, evidence_lines=evidence_lines)
 
 
 def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:

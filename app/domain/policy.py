@@ -40,9 +40,10 @@ class Bound:
 
 MAX_SEEDS = 8
 MAX_NAMES = 256
-"""Entries a ``relationship_types`` or ``types`` filter may list (more: 400). The contract names
-about 25 relationships; the bound keeps a filter's validation and its SQL array small (a
-breaker's 25,000-name list held the event loop 11 s when duplicates were found by a list scan)."""
+"""Entries a ``relationship_types``, ``types`` or ``lifecycle`` filter may list (more: 400). The
+contract names about 25 relationships; the bound keeps a filter's validation and its SQL array
+small (a breaker's 25,000-name list held the event loop 11 s when duplicates were found by a
+list scan)."""
 LEVEL_CAP_FACTOR = 4  # default level cap: 4 × (limit + 1) nodes a level (§5 bounded work)
 DEPTH = Bound(1, 3, 1)
 LIMIT = Bound(1, 24, 8)

@@ -57,9 +57,10 @@ def _json_fault(value: Any) -> str | None:
 
 
 def _json_numbers(value: dict[str, Any]) -> dict[str, Any]:
-    """``value`` unchanged; a validation error (422) when it holds NaN or an infinity, which
-    Python's JSON reader accepts (``NaN``, ``Infinity``, ``1e400``) but JSON and jsonb do not,
-    or nests deeper than :data:`METADATA_MAX_DEPTH` levels."""
+    """``value`` unchanged; a validation error (422) for what :func:`_json_fault` refuses: NaN
+    or an infinity, which Python's JSON reader accepts (``NaN``, ``Infinity``, ``1e400``) but
+    JSON and jsonb do not, nesting deeper than :data:`METADATA_MAX_DEPTH` levels, or more than
+    :data:`METADATA_MAX_CHARS` characters."""
     fault = _json_fault(value)
     if fault:
         raise ValueError(fault)
