@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.db import with_database
 from app.domain.keys import create_key
 from app.importers import ndjson
 
@@ -25,6 +30,19 @@ async def admin_sql(url: str, sql: str) -> None:
         await conn.execute(sql)
     finally:
         await conn.close()
+
+
+@contextlib.contextmanager
+def throwaway_database(server_url: str, prefix: str) -> Iterator[str]:
+    """A new, empty database ``<prefix>_<random>`` on the server of ``server_url``: its URL,
+    dropped (``WITH (FORCE)``) on the way out. Synchronous: for sync fixtures and tests."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    admin = with_database(server_url, "postgres")
+    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(server_url, name)
+    finally:
+        asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def import_dicts(engine: AsyncEngine, records: list[dict[str, Any]]) -> ndjson.ImportSummary:

@@ -13,7 +13,6 @@ The PEP corpus is parsed (and imported) once per worker that needs it; the tests
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import socket
@@ -26,11 +25,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.app import create_app
-from app.core.db import make_engine, with_database
+from app.core.db import make_engine
 from app.core.embedded import embedded_url
 from app.core.migrations import upgrade
 from app.core.settings import PROJECT_ROOT, get_settings
-from tests.builders import admin_sql
+from tests.builders import throwaway_database
 
 PEPS_DIR = Path(os.environ.get("SIBYL_PEPS_DIR", PROJECT_ROOT.parent / "shared" / "data" / "peps"))
 
@@ -55,20 +54,15 @@ def _server_url() -> str:
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """A fresh, migrated database for this test run (dropped afterwards)."""
-    server = _server_url()
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    name = f"sibyl_test_{worker}_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = with_database(server, "postgres")
-    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
-    url = with_database(server, name)
-    os.environ["DATABASE_URL"] = url
-    # no background recount of the search statistics: the tests decide when counts are taken
-    # (tests/test_refresher.py runs the refresher itself)
-    os.environ["SIBYL_STATS_REFRESH_S"] = "0"
-    get_settings.cache_clear()
-    upgrade(url)
-    yield url
-    asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with throwaway_database(_server_url(), f"sibyl_test_{worker}_{os.getpid()}") as url:
+        os.environ["DATABASE_URL"] = url
+        # no background recount of the search statistics: the tests decide when counts are
+        # taken (tests/test_refresher.py runs the refresher itself)
+        os.environ["SIBYL_STATS_REFRESH_S"] = "0"
+        get_settings.cache_clear()
+        upgrade(url)
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +26,7 @@ from app.core.db import make_engine, with_database
 from app.core.migrations import head_revision, upgrade
 from app.core.settings import get_settings
 from app.domain.doctor import WALK_TABLES, doctor_for_operator, expected_indexes
-from tests.builders import admin_sql, import_dicts, make_key
+from tests.builders import import_dicts, make_key, throwaway_database
 from tests.world import World
 
 HIDDEN = {"detail": "Not found"}
@@ -115,11 +114,7 @@ def bad_database(database_url, monkeypatch) -> Iterator[str]:
     """A migrated throwaway database made sick: rows never vacuumed nor analyzed (autovacuum
     disabled on their tables), an invalid index, a walk index dropped. ``DATABASE_URL`` points
     at it for the CLI."""
-    name = f"sibyl_doctor_{secrets.token_hex(4)}"
-    admin = with_database(database_url, "postgres")
-    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
-    url = with_database(database_url, name)
-    try:
+    with throwaway_database(database_url, "sibyl_doctor") as url:
         upgrade(url)
 
         async def sicken() -> None:
@@ -156,11 +151,11 @@ def bad_database(database_url, monkeypatch) -> Iterator[str]:
         asyncio.run(sicken())
         monkeypatch.setenv("DATABASE_URL", url)
         get_settings.cache_clear()
-        yield url
-    finally:
-        monkeypatch.setenv("DATABASE_URL", database_url)
-        get_settings.cache_clear()
-        asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        try:
+            yield url
+        finally:
+            monkeypatch.setenv("DATABASE_URL", database_url)
+            get_settings.cache_clear()
 
 
 def test_a_sick_database_is_flagged_and_vacuum_heals_what_it_can(bad_database):
@@ -368,63 +363,59 @@ def test_a_rebuild_leaves_its_tables_analyzed_not_stale(database_url, monkeypatc
     from app.cli import _rebuild_communities
     from tests.team import Team
 
-    name = f"sibyl_flush_{secrets.token_hex(4)}"
-    admin = with_database(database_url, "postgres")
-    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
-    url = with_database(database_url, name)
-    try:
+    with throwaway_database(database_url, "sibyl_flush") as url:
         upgrade(url)
         monkeypatch.setenv("DATABASE_URL", url)
         get_settings.cache_clear()
-        t = Team()
+        try:
+            t = Team()
 
-        def link(src: str, dst: str) -> dict[str, Any]:
-            return {"kind": "mention", "org": t.org, "src": src, "dst": dst}
+            def link(src: str, dst: str) -> dict[str, Any]:
+                return {"kind": "mention", "org": t.org, "src": src, "dst": dst}
 
-        notes = [
-            {
-                "kind": "entity",
-                "org": t.org,
-                "id": f"c{i}",
-                "type": "note",
-                "name": f"c{i}",
-                "content": "words",
-                "project": "p1",
-                "owner": t.u("bob"),
-            }
-            for i in range(12)
-        ]
-        links = [link(f"c{i}", f"c{j}") for i in range(12) for j in range(12) if i < j]
-
-        async def load() -> None:
-            engine = make_engine(url)
-            try:
-                await t.load(engine, extra=[*notes, *links])
-            finally:
-                await engine.dispose()
-
-        asyncio.run(load())
-        _rebuild_communities([t.org])
-
-        async def stats() -> list[tuple[str, int, int, int]]:
-            conn = await asyncpg.connect(url)
-            try:
-                rows = await conn.fetch(
-                    "SELECT relname, n_mod_since_analyze, n_live_tup FROM pg_stat_user_tables"
-                    " WHERE relname IN ('communities', 'community_members')"
-                )
-                counts = {
-                    t: await conn.fetchval(f"SELECT count(*) FROM {t}")
-                    for t in ("communities", "community_members")
+            notes = [
+                {
+                    "kind": "entity",
+                    "org": t.org,
+                    "id": f"c{i}",
+                    "type": "note",
+                    "name": f"c{i}",
+                    "content": "words",
+                    "project": "p1",
+                    "owner": t.u("bob"),
                 }
-                return [(r[0], r[1], r[2], counts[r[0]]) for r in rows]
-            finally:
-                await conn.close()
+                for i in range(12)
+            ]
+            links = [link(f"c{i}", f"c{j}") for i in range(12) for j in range(12) if i < j]
 
-        found = asyncio.run(stats())
-        assert found and all(count > 0 for *_, count in found)
-        for table, changed, live, count in found:
-            assert (changed, live) == (0, count), table
-    finally:
-        get_settings.cache_clear()
-        asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            async def load() -> None:
+                engine = make_engine(url)
+                try:
+                    await t.load(engine, extra=[*notes, *links])
+                finally:
+                    await engine.dispose()
+
+            asyncio.run(load())
+            _rebuild_communities([t.org])
+
+            async def stats() -> list[tuple[str, int, int, int]]:
+                conn = await asyncpg.connect(url)
+                try:
+                    rows = await conn.fetch(
+                        "SELECT relname, n_mod_since_analyze, n_live_tup FROM pg_stat_user_tables"
+                        " WHERE relname IN ('communities', 'community_members')"
+                    )
+                    counts = {
+                        t: await conn.fetchval(f"SELECT count(*) FROM {t}")
+                        for t in ("communities", "community_members")
+                    }
+                    return [(r[0], r[1], r[2], counts[r[0]]) for r in rows]
+                finally:
+                    await conn.close()
+
+            found = asyncio.run(stats())
+            assert found and all(count > 0 for *_, count in found)
+            for table, changed, live, count in found:
+                assert (changed, live) == (0, count), table
+        finally:
+            get_settings.cache_clear()

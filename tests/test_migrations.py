@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import subprocess
 import sys
 import threading
@@ -14,9 +13,8 @@ import pytest
 from alembic import command
 from alembic.script import ScriptDirectory
 
-from app.core.db import with_database
 from app.core.migrations import alembic_config, downgrade_base, upgrade
-from tests.builders import admin_sql
+from tests.builders import throwaway_database
 
 
 async def _tables(url: str) -> set[str]:
@@ -34,11 +32,8 @@ def test_single_head():
 
 @pytest.fixture
 def empty_database(database_url):
-    name = f"sibyl_mig_{secrets.token_hex(4)}"
-    admin = with_database(database_url, "postgres")
-    asyncio.run(admin_sql(admin, f'CREATE DATABASE "{name}"'))
-    yield with_database(database_url, name)
-    asyncio.run(admin_sql(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with throwaway_database(database_url, "sibyl_mig") as url:
+        yield url
 
 
 def test_upgrade_downgrade_upgrade_and_models_agree(empty_database):
