@@ -19,6 +19,8 @@ from app.domain.spans import (
     Span,
     SpanError,
     _Cutter,
+    _Lines,
+    _title,
     cut_evidence,
     cut_prose,
     declared_spans,
@@ -437,6 +439,85 @@ def test_prose_partitions_arbitrary_text(body: str) -> None:
     cut = cut_prose(body)
     assert cut is not None
     assert_prose_invariants(body, cut)
+
+
+def _lines_one_by_one(body: str) -> tuple[list[int], list[int], list[bool], list[int], list]:
+    """The line table read the plain way, one line after another (what ``_Lines`` computes
+    column by column): starts, ends, blank outside fences, fenced block of each line, headings."""
+    starts: list[int] = []
+    ends: list[int] = []
+    blank: list[bool] = []
+    fence: list[int] = []
+    headings: list[tuple[int, int, int, str]] = []
+    raw_lines = body.split("\n")
+    if raw_lines[-1] == "":
+        raw_lines.pop()
+    pos, char, length, current, count = 0, "", 0, -1, 0
+    for index, raw in enumerate(raw_lines):
+        end = min(pos + len(raw) + 1, len(body))
+        starts.append(pos)
+        ends.append(end)
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if current >= 0:
+            fence.append(current)
+            blank.append(False)
+            close = re.fullmatch(r" {0,3}(`{3,}|~{3,})[ \t]*", line)
+            if close and close.group(1)[0] == char and len(close.group(1)) >= length:
+                current = -1
+        else:
+            opening = re.fullmatch(r" {0,3}(`{3,}|~{3,})(.*)", line)
+            if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)):
+                char, length, current = opening.group(1)[0], len(opening.group(1)), count
+                count += 1
+                fence.append(current)
+                blank.append(False)
+            else:
+                fence.append(-1)
+                blank.append(not line.strip())
+                heading = re.fullmatch(r"(#{1,6})(?:[ \t]+(.*))?", line)
+                if heading:
+                    headings.append((index, pos, len(heading.group(1)), heading.group(2) or ""))
+        pos = end
+    return starts, ends, blank, fence, headings
+
+
+_LINE_STARTS = [
+    "",
+    " ",
+    "    ",
+    "\t",
+    "#",
+    "## ",
+    "####### ",
+    "```",
+    "~~~",
+    "````",
+    " ```",
+    "   ~~~",
+]
+_LINE_STARTS += ["    ```", "\t```", " #"]
+
+
+@settings(max_examples=cases(200, 600), deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            lambda head, rest, end: head + rest + end,
+            st.sampled_from(_LINE_STARTS),
+            st.text(alphabet=" \t`~#ax", max_size=12),
+            st.sampled_from(["\n", "\r\n", "\r", ""]),
+        ),
+        max_size=40,
+    ).map("".join)
+)
+def test_the_line_table_is_the_one_a_line_by_line_reading_gives(body: str) -> None:
+    # _Lines reads only the lines that may be fence lines or headings one by one (a body of
+    # short lines is cut ten times faster): it must agree with reading every line.
+    lines = _Lines(body)
+    starts, ends, blank, fence, headings = _lines_one_by_one(body)
+    assert (lines.starts, lines.ends, lines.blank, lines.fence) == (starts, ends, blank, fence)
+    assert [(h.line, h.offset, h.level) for h in lines.headings] == [h[:3] for h in headings]
+    assert [h.title for h in lines.headings] == [_title(h[3]) for h in headings]
 
 
 def test_a_200kb_body_is_cut_into_a_partition() -> None:

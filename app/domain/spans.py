@@ -94,7 +94,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from itertools import accumulate, islice, repeat
+from typing import Any, Literal, NamedTuple
 
 __all__ = [
     "BREADCRUMB_SEPARATOR",
@@ -190,6 +191,9 @@ _FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*")
 _ATX = re.compile(r"(#{1,6})(?:[ \t]+(.*))?")
 _FENCE_CHARS = ("`", "~")
+_MARK_CHARS = frozenset(" `~#")
+"""First characters of the lines that may be a fence line or a heading (a fence line may be
+indented by up to three spaces); a line starting otherwise is neither."""
 _CLOSING_HASHES = re.compile(r"(?:^|[ \t])#+$")
 
 
@@ -202,56 +206,59 @@ class _Heading:
 
 
 class _Lines:
-    """Line table of a body: offsets, blank flags and fence membership, plus its headings."""
+    """Line table of a body: offsets, blank flags and fence membership, plus its headings.
+
+    Built column by column (a body of 500,000 one-character lines is half a million lines):
+    offsets and blank flags for every line at once, then only the lines that may open or close
+    a fence (at most three spaces, then a backtick or a tilde) or be a heading (``#`` first) are
+    read one by one, in order; the lines of a fenced block are marked by slices."""
 
     def __init__(self, body: str) -> None:
-        starts: list[int] = []
-        ends: list[int] = []
-        blank: list[bool] = []  # blank and outside any fence
-        fence: list[int] = []  # index of the fenced block holding the line, -1 if none
-        self.headings: list[_Heading] = []
         raw_lines = body.split("\n")
         if raw_lines[-1] == "":
             raw_lines.pop()  # the body ends with a newline (or is empty): no line after it
         n = len(body)
-        pos = 0
-        fence_char = ""
-        fence_len = 0
-        fence_id = -1
+        starts = list(accumulate((len(raw) + 1 for raw in raw_lines), initial=0))
+        ends = starts[1:]
+        starts.pop()
+        if ends and ends[-1] > n:
+            ends[-1] = n  # the last line has no newline
+        blank = [not raw.strip() for raw in raw_lines]  # then made False inside fences
+        fence = [-1] * len(raw_lines)  # index of the fenced block holding the line, -1 if none
+        self.headings: list[_Heading] = []
+        marked = [i for i, raw in enumerate(raw_lines) if raw[:1] in _MARK_CHARS]
         fences = 0
-        for index, raw in enumerate(raw_lines):
-            end = min(pos + len(raw) + 1, n)
-            starts.append(pos)
-            ends.append(end)
-            line = raw[:-1] if raw.endswith("\r") else raw
-            if fence_id >= 0:
-                fence.append(fence_id)
-                blank.append(False)
-                close = _FENCE_CLOSE.fullmatch(line) if fence_char in line else None
+        k = 0
+        while k < len(marked):
+            index = marked[k]
+            k += 1
+            line = _line(raw_lines[index])
+            if line[:1] == "#":
+                heading = _ATX.fullmatch(line)
+                if heading:
+                    title = _title(heading.group(2))
+                    self.headings.append(
+                        _Heading(index, starts[index], len(heading.group(1)), title)
+                    )
+                continue
+            if line.lstrip(" ")[:1] not in _FENCE_CHARS:
+                continue
+            opening = _FENCE_OPEN.fullmatch(line)
+            if not opening or (opening.group(1)[0] == "`" and "`" in opening.group(2)):
+                continue
+            fence_char, fence_len = opening.group(1)[0], len(opening.group(1))
+            last = len(raw_lines) - 1  # an unclosed fence runs to the end of the body
+            while k < len(marked):
+                candidate = marked[k]
+                k += 1
+                closing = _line(raw_lines[candidate])
+                close = _FENCE_CLOSE.fullmatch(closing) if fence_char in closing else None
                 if close and close.group(1)[0] == fence_char and len(close.group(1)) >= fence_len:
-                    fence_id = -1
-            else:
-                head = line.lstrip(" ")[:1]
-                opening = _FENCE_OPEN.fullmatch(line) if head in _FENCE_CHARS else None
-                if opening and not (opening.group(1)[0] == "`" and "`" in opening.group(2)):
-                    fence_char = opening.group(1)[0]
-                    fence_len = len(opening.group(1))
-                    fence_id = fences
-                    fences += 1
-                    fence.append(fence_id)
-                    blank.append(False)
-                else:
-                    fence.append(-1)
-                    blank.append(not line.strip())
-                    if line[:1] == "#":
-                        heading = _ATX.fullmatch(line)
-                        if heading:
-                            self.headings.append(
-                                _Heading(
-                                    index, pos, len(heading.group(1)), _title(heading.group(2))
-                                )
-                            )
-            pos = end
+                    last = candidate
+                    break
+            fence[index : last + 1] = [fences] * (last + 1 - index)
+            blank[index : last + 1] = [False] * (last + 1 - index)
+            fences += 1
         self.starts, self.ends, self.blank, self.fence = starts, ends, blank, fence
         self.count = len(starts)
 
@@ -261,6 +268,11 @@ class _Lines:
 
     def _end(self) -> int:
         return self.ends[-1] if self.ends else 0
+
+
+def _line(raw: str) -> str:
+    """A line without the ``\\r`` of a ``\\r\\n`` ending."""
+    return raw[:-1] if raw.endswith("\r") else raw
 
 
 def _title(raw: str | None) -> str:
@@ -326,8 +338,10 @@ def _build_tree(lines: _Lines, length: int) -> tuple[_Section, list[_Section]]:
 # Units and packing.
 
 
-@dataclass(frozen=True)
-class _Piece:
+class _Piece(NamedTuple):
+    """A unit or a packed span: ``[start, end)``; ``closed`` spans take no sibling (a tuple:
+    a body of short lines makes one per line)."""
+
     start: int
     end: int
     closed: bool
@@ -335,6 +349,10 @@ class _Piece:
     @property
     def size(self) -> int:
         return self.end - self.start
+
+
+_Unit = tuple[int, int, bool]
+"""A unit to pack, as :class:`_Piece` (start, end, closed); line units are plain tuples."""
 
 
 class _Cutter:
@@ -346,8 +364,8 @@ class _Cutter:
     def spans(self) -> list[_Piece]:
         return _pack(self._units(self.root))
 
-    def _units(self, section: _Section) -> list[_Piece]:
-        units: list[_Piece] = []
+    def _units(self, section: _Section) -> list[_Unit]:
+        units: list[_Unit] = []
         if section.intro_end > section.start:
             if section.intro_end - section.start <= HARD_MAX:
                 units.append(_Piece(section.start, section.intro_end, closed=False))
@@ -360,11 +378,11 @@ class _Cutter:
                 units.extend(_pack(self._units(child)))
         return units
 
-    def _block_units(self, start: int, end: int) -> list[_Piece]:
+    def _block_units(self, start: int, end: int) -> list[_Unit]:
         """Paragraph blocks of ``[start, end)``; a block over HARD_MAX becomes line units."""
         lines = self.lines
         first, stop = lines.index_of(start), lines.index_of(end)
-        units: list[_Piece] = []
+        units: list[_Unit] = []
         block_start = first
         seen_text = False
         after_blank = False
@@ -386,10 +404,12 @@ class _Cutter:
                 block_start = i
         return units
 
-    def _line_units(self, first: int, stop: int) -> list[_Piece]:
+    def _line_units(self, first: int, stop: int) -> list[_Unit]:
         """One unit per line of lines ``[first, stop)``, a fenced block staying whole."""
         lines = self.lines
-        units: list[_Piece] = []
+        if max(lines.fence[first:stop], default=-1) < 0:  # no fenced block among them
+            return list(zip(lines.starts[first:stop], lines.ends[first:stop], repeat(False)))
+        units: list[_Unit] = []
         i = first
         while i < stop:
             j = i + 1
@@ -415,32 +435,32 @@ class _Cutter:
         return BREADCRUMB_SEPARATOR.join(reversed(titles)) or None
 
 
-def _pack(units: list[_Piece]) -> list[_Piece]:
-    """Greedy packing of consecutive units (see the module docstring); the result is closed."""
+def _pack(units: list[_Unit]) -> list[_Piece]:
+    """Greedy packing of consecutive units (see the module docstring); the result is closed.
+    The span being packed is kept as plain integers (a body of short lines has a unit a line)."""
     out: list[_Piece] = []
 
-    def finish(piece: _Piece) -> None:
-        if out and piece.size < PACK_MIN and out[-1].size + piece.size <= HARD_MAX:
-            out[-1] = _Piece(out[-1].start, piece.end, closed=True)
+    def finish(start: int, end: int) -> None:
+        if out and end - start < PACK_MIN and out[-1].size + (end - start) <= HARD_MAX:
+            out[-1] = _Piece(out[-1].start, end, closed=True)
         else:
-            out.append(piece)
+            out.append(_Piece(start, end, closed=True))
 
-    current: _Piece | None = None
-    for unit in units:
-        if current is None:
-            current = unit
-            continue
-        total = current.size + unit.size
-        if (not current.closed and not unit.closed and total <= PACK_MAX) or (
-            current.size < PACK_MIN and total <= HARD_MAX
+    if not units:
+        return out
+    start, end, closed = units[0]
+    for unit_start, unit_end, unit_closed in islice(units, 1, None):
+        size = end - start
+        total = size + (unit_end - unit_start)
+        if (not closed and not unit_closed and total <= PACK_MAX) or (
+            size < PACK_MIN and total <= HARD_MAX
         ):
-            current = _Piece(current.start, unit.end, closed=current.closed or unit.closed)
+            end, closed = unit_end, closed or unit_closed
         else:
-            finish(current)
-            current = unit
-    if current is not None:
-        finish(current)
-    return [_Piece(p.start, p.end, closed=True) for p in out]
+            finish(start, end)
+            start, end, closed = unit_start, unit_end, unit_closed
+    finish(start, end)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
