@@ -8,9 +8,13 @@ import itertools
 import secrets
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.domain.memories import code_regions, links
 from tests.conftest import PEPS_DIR
+from tests.reference_code_regions import code_regions_line_by_line
+from tests.thorough import cases
 
 
 @pytest.mark.parametrize(
@@ -76,6 +80,49 @@ def test_adversarial_backticks_stay_linear() -> None:
     body = "".join("`" * k + " a " for k in range(1, 1400)) + " [[z]]"
     assert links(body) == ["z"]
     assert links("`x` [[q]] " * 100_000) == ["q"]
+
+
+_CODE_PIECES = ["`", "``", "```", "~~~", "::", "x::", "\\::", ".. code::", ".. note::", ">>> "]
+_CODE_PIECES += [
+    ">>>\t",
+    "    ",
+    "\t",
+    " ",
+    "#",
+    "# h",
+    "- ",
+    "1. ",
+    "> ",
+    "a",
+    "[[x]]",
+    "\r",
+    "10)",
+]
+
+
+@settings(max_examples=cases(300, 1000), deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            lambda pieces, end: "".join(pieces) + end,
+            st.lists(st.sampled_from(_CODE_PIECES), max_size=4),
+            st.sampled_from(["\n", "\r\n", "\n\n", ""]),
+        ),
+        max_size=30,
+    ).map("".join)
+)
+def test_code_regions_agree_with_reading_every_line(body: str) -> None:
+    # code_regions reads the lines between two that may open code at once (ten times faster on
+    # a body of short lines); it must find exactly what reading every line in turn finds
+    assert code_regions(body) == code_regions_line_by_line(body)
+
+
+def test_code_regions_agree_with_reading_every_line_on_the_peps() -> None:
+    if not PEPS_DIR.is_dir():
+        pytest.skip(f"no PEP corpus at {PEPS_DIR}")
+    for pep in PEPS_DIR.glob("pep-*"):
+        body = pep.read_text(encoding="utf-8", errors="replace")
+        assert code_regions(body) == code_regions_line_by_line(body), pep.name
 
 
 def test_the_pep_corpus_has_no_link_outside_code() -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import functools
+import itertools
 import re
 import sys
 import threading
@@ -86,6 +87,17 @@ _FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
 _ATX_LINE = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
 _BLOCK_START = re.compile(r" {0,3}(?:[-*+](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|>)")
 _BACKTICKS = re.compile(r"`+")
+_MAY_OPEN_CODE = re.compile(r"`|~~~|::|>>>")
+"""What a line must hold to open code or pair a backtick (a fence, an inline code span, a
+literal-block marker or code directive, a doctest block): :func:`code_regions` reads the lines
+before the next such one at once."""
+_PARAGRAPH_BREAK = re.compile(
+    r"^(?:[ \t]*\r?$| {0,3}#{1,6}(?:[ \t]|\r?$)"
+    r"| {0,3}(?:[-*+](?:[ \t]|\r?$)|\d{1,9}[.)](?:[ \t]|\r?$)|>))",
+    re.MULTILINE,
+)
+"""A line that ends a paragraph (blank, an ATX heading, a list item, a block quote: the
+line-by-line tests of :func:`code_regions`, ``\\r\\n`` endings allowed), over whole lines."""
 _EXPLICIT_MARKUP = re.compile(r"[ \t]*\.\.(?:[ \t]|$)")  # ``.. note::``: a directive, no marker
 _CODE_DIRECTIVE = re.compile(
     r"[ \t]*\.\.[ \t]+(?:code-block|code|sourcecode|doctest|testcode|testoutput|parsed-literal)::",
@@ -117,7 +129,9 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     block is a block quote, whose links are links)."""
     regions: list[tuple[int, int]] = []
     runs: list[tuple[int, int, int]] = []  # backtick runs outside fences: start, end, paragraph
-    paragraph, pos = 0, 0
+    paragraph = 0  # compared for equality only: a run pairs with a run of its own paragraph
+    lines = text.split("\n")
+    starts = list(itertools.accumulate((len(raw) + 1 for raw in lines), initial=0))
     fence_char, fence_len, fence_start = "", 0, 0
     marker: int | None = None  # indentation of a literal-block marker line still waiting
     marker_gap = False  # whether a blank line must (still) come before its block: after '::'
@@ -125,7 +139,23 @@ def code_regions(text: str) -> list[tuple[int, int]]:
     literal_start = 0
     doctest: int | None = None  # start of the doctest block ('>>> ' paragraph) we are in
     after_blank = True  # the line before was blank (or this is the first): a paragraph starts
-    for raw in text.split("\n"):
+    index = 0
+    while index < len(lines):
+        pos = starts[index]
+        if not fence_char and marker is None and literal is None and doctest is None:
+            # Nothing is open: only a line holding a backtick, '~~~', '::' or '>>>' can open
+            # code. The lines before the next one are read at once (a body of short lines is
+            # half a million of them): whether any ends a paragraph, and whether the last is blank.
+            found = _MAY_OPEN_CODE.search(text, pos)
+            upto = len(lines) if found is None else bisect.bisect_right(starts, found.start()) - 1
+            if upto > index:
+                if _PARAGRAPH_BREAK.search(text, pos, starts[upto] - 1):
+                    paragraph += 1
+                after_blank = not lines[upto - 1].removesuffix("\r").strip(" \t")
+                index = upto
+                continue
+        raw = lines[index]
+        index += 1
         end = min(pos + len(raw) + 1, len(text))
         line = raw[:-1] if raw.endswith("\r") else raw
         blank = not line.strip(" \t")
@@ -229,7 +259,8 @@ def links(content: str) -> list[str]:
     (``[[packages]]``), a nested list (``x[[0]]``) or a C++ attribute in a sample made pending
     links on the PEPs, and would have made MENTIONS edges to any memory with that id.
 
-    Linear in the length, but about a second for a 1,000,000-character body of short lines: the
+    Linear in the length: 0.1 s for a 1,000,000-character body of one-character lines, up to
+    about 2 s when every line holds a backtick (each such line is read on its own); the
     last few bodies' answers are kept (one write asks several times; :func:`save_entity` asks
     first in a worker thread, off the event loop)."""
     if "[[" not in content:
@@ -394,7 +425,8 @@ async def save_entity(
     Raises ``BadRequest`` for a reserved type or id, a scope/project mismatch, a body over
     1,000,000 characters or bad declared spans.
     """
-    # A 1,000,000-character body takes up to ~2 s of CPU to cut and read for links: in a worker
+    # A 1,000,000-character body takes up to ~3 s of CPU to cut and read for links (a heading or
+    # a backtick on every line; 0.4 s for one-character lines, 0.1 s for prose): in a worker
     # thread, so other requests are served meanwhile (a breaker held /healthz 1 s this way).
     projection = await asyncio.to_thread(_prepare, data, evidence_lines)
     stored = await writes.lock_entity(conn, org_id=org_id, entity_id=data.id)
