@@ -66,3 +66,23 @@ def test_a_bad_setting_is_one_line_naming_its_variable(database_url: str, value,
 def test_a_setting_set_but_empty_takes_its_default(database_url: str) -> None:
     done = _cli(database_url, "keys", "list", env={"SIBYL_WALK_HOP_CAP": ""})
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("not-a-url", "must be a postgresql:// URL"),
+        ("mysql://x@y/z", "must be a postgresql:// URL"),
+        ("postgresql://u:s3cret-pw@localhost:abc/db", "port that is not a number"),
+    ],
+)
+@pytest.mark.parametrize("args", [("keys", "list"), ("migrate",), ("serve", "--port", "1")])
+def test_a_malformed_database_url_is_one_line_not_a_traceback(url: str, says: str, args) -> None:
+    """``DATABASE_URL=not-a-url`` ended most commands with a traceback (exit 1, ``serve`` 3) where
+    an unreachable server got one line and exit 2 (a new-user trial, 2026-12-01); the line never
+    repeats the URL, which may hold a password."""
+    done = _cli(url, *args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("sibyl-pg: DATABASE_URL: ") and says in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    assert "s3cret-pw" not in done.stderr + done.stdout

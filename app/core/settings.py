@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -51,6 +52,22 @@ class Settings(BaseSettings):
     def _whole_seconds_or_off(cls, value: float) -> float:
         if 0 < value < 1:  # a near-zero interval would run the refresher's look without pause
             raise ValueError("must be 0 (off) or at least 1 second")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, value: str | None) -> str | None:
+        # checked when read, so a typo is one line and exit 2 from any command, not a
+        # traceback from the first connection; the message never repeats the URL (a password)
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme.split("+", 1)[0] not in ("postgresql", "postgres"):
+            raise ValueError("must be a postgresql:// URL, e.g. postgresql://user@host:5432/db")
+        try:
+            parts.port  # noqa: B018 (reading it checks it: a port that is not a number raises)
+        except ValueError:
+            raise ValueError("has a port that is not a number") from None
         return value
 
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
