@@ -332,3 +332,40 @@ async def test_an_import_racing_a_create_of_the_same_id_names_it(engine, tmp_pat
     assert again.outcomes["entity:created"] == 0
     name = "SELECT name FROM entities WHERE org_id = :o AND id = 'raced'"
     assert await scalar(engine, name, o=t.org) == "From the import"
+
+
+@pytest.mark.parametrize("verb", ["PATCH", "POST"])
+async def test_a_link_written_while_its_target_is_deleted_stays_pending(engine, client, verb):
+    """A breaker's trial: a write whose body links ``[[tgt]]``, racing ``DELETE tgt``, was a 500
+    half the time (the mention's foreign key failed: the target was found, then deleted before
+    the insert). Here the delete holds its row lock first, the write starts and waits, the
+    delete commits: the write succeeds and the link is kept pending (nothing is dropped)."""
+    from app.repo import entities as entity_repo
+
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    created = await call(
+        client, "POST", "/api/entities", ann, json={"id": "tgt", "type": "note", "name": "T"}
+    )
+    assert created.status_code == 201
+    if verb == "PATCH":
+        write = call(client, "PATCH", "/api/entities/n1", ann, json={"content": "see [[tgt]]"})
+    else:
+        body = {"id": "src", "type": "note", "name": "S", "content": "see [[tgt]]"}
+        write = call(client, "POST", "/api/entities", ann, json=body)
+    async with engine.connect() as conn:
+        tx = await conn.begin()
+        await entity_repo.delete_entity(conn, org_id=t.org, entity_id="tgt")  # row lock held
+        task = asyncio.ensure_future(write)
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        for _ in range(200):  # until the write waits for the delete's row lock
+            if await scalar(engine, waiting) or task.done():
+                break
+            await asyncio.sleep(0.05)
+        await tx.commit()
+    answer = await task
+    assert answer.status_code in (200, 201), answer.text
+    source = "n1" if verb == "PATCH" else "src"
+    links = "SELECT count(*) FROM {} WHERE org_id = :o AND src_id = :s AND dst_id = 'tgt'"
+    assert await scalar(engine, links.format("pending_links"), o=t.org, s=source) == 1
+    assert await scalar(engine, links.format("mentions"), o=t.org, s=source) == 0

@@ -537,7 +537,7 @@ async def _split_links(
     wanted = [t for t in links(data.content) if t != data.id]
     if not wanted:
         return [], []
-    existing = await writes.existing_ids(conn, org_id=org_id, ids=wanted)
+    existing = await writes.referenced_ids(conn, org_id=org_id, ids=wanted)
     targets = [t for t in wanted if t in existing]
     if targets and may_link is not None:
         targets = await may_link(targets)

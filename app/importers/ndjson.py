@@ -307,7 +307,7 @@ def from_dicts(records: Iterable[dict[str, Any]]) -> Iterator[tuple[int, Record]
 async def _missing(conn: AsyncConnection, kind: str, org: str, ids: dict[str, str]) -> None:
     """``BadRequest`` naming the first of ``ids`` (field → id) that is no memory of ``org``,
     e.g. "edge dst 'pep_4242' does not exist in org 'org_python'"."""
-    found = await writes.existing_ids(conn, org_id=org, ids=list(ids.values()))
+    found = await writes.referenced_ids(conn, org_id=org, ids=list(ids.values()))
     for where, id_ in ids.items():
         if id_ not in found:
             raise BadRequest(f"{kind} {where} '{id_}' does not exist in org '{org}'")
