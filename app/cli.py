@@ -643,8 +643,8 @@ def main() -> None:
                 if name.isupper()  # an alias (DATABASE_URL)
                 else f"SIBYL_{name.upper()}"
             )
-            reason = fault["msg"].removeprefix("Value error, ")  # pydantic's prefix: noise here
-            sys.stderr.write(f"sibyl-pg: {variable}: {reason}\n")
+            said = fault["msg"].removeprefix("Value error, ")  # pydantic's prefix: noise here
+            sys.stderr.write(f"sibyl-pg: {variable}: {said}\n")
         raise SystemExit(2) from None
     except Exception as error:
         if _lock_timeout(error):
