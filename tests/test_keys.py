@@ -158,7 +158,7 @@ async def test_keys_are_stored_hashed_never_in_clear(
     real = pair["real"]
     admin = await make_key(engine, f"u_adm_{real['sfx']}", scopes=("read", "admin"))
     r = await client.post(
-        "/api/admin/keys", json={"user_id": f"u_ann_{real['sfx']}"}, headers=auth(admin)
+        "/api/admin/keys", json={"user_id": f"u_adm_{real['sfx']}"}, headers=auth(admin)
     )
     assert r.status_code == 201, r.text
     async with engine.begin() as conn:

@@ -14,8 +14,10 @@ import pytest
 from mcp import Client
 from sqlalchemy import text
 
+from app.domain.directory import KEYS_FOR_OTHERS
 from app.mcp.server import build_mcp, fixed_key
 from app.repo.readers import hash_key
+from tests.builders import make_key
 from tests.team import Team, answer, call, counts, snapshot
 
 NOT_FOUND = (404, {"detail": "Entity not found"})
@@ -237,14 +239,43 @@ async def test_grants_by_the_owner_and_by_admins(engine, client):
     r = await call(client, "PUT", f"/api/admin/entities/mine/grants/{t.u('adm')}", admin)
     assert answer(r) == NOT_FOUND
     assert answer(await call(client, "GET", "/api/entities/mine", adm)) == NOT_FOUND
-    # ... but may share a readable one
+    # ... nor share one they can read: granting widens a memory's readers, its owner's call
     r = await call(client, "PUT", f"/api/admin/entities/n1/grants/{t.u('out')}", admin)
+    assert answer(r) == (403, {"detail": "Only the memory's owner may share it"})
+    # the owner shares; an admin who can read the memory lists and may revoke its grants
+    r = await call(client, "PUT", f"/api/entities/n1/grants/{t.u('out')}", ann)
     assert r.status_code == 200
     r = await call(client, "GET", "/api/admin/entities/n1/grants", admin)
     assert r.json() == [{"entity_id": "n1", "user_id": t.u("out")}]
+    r = await call(client, "DELETE", f"/api/admin/entities/n1/grants/{t.u('out')}", admin)
+    assert r.status_code == 204
+    assert (await call(client, "GET", "/api/admin/entities/n1/grants", admin)).json() == []
     r = await call(client, "DELETE", f"/api/entities/mine/grants/{t.u('vic')}", ann)
     assert r.status_code == 204
     assert answer(await call(client, "GET", "/api/entities/mine", vic_read)) == NOT_FOUND
+
+
+async def test_a_grantee_admin_cannot_share_a_private_memory_further(engine, client):
+    """A breaker's trial: an org admin granted a member's private memory re-shared it through
+    the admin route (the user route refused). Now only the owner widens its readers; the pair:
+    the owner's same grant works."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    admin = await t.key(engine, "adm", scopes=("read", "write", "admin"))
+    out_read = await t.key(engine, "out", scopes=("read",))
+    assert (await call(client, "PUT", f"/api/entities/mine/grants/{t.u('adm')}", ann)).is_success
+    assert (await call(client, "GET", "/api/entities/mine", admin)).status_code == 200
+    before = await snapshot(engine, t.org)
+    for path in (
+        f"/api/admin/entities/mine/grants/{t.u('out')}",
+        f"/api/entities/mine/grants/{t.u('out')}",
+    ):
+        r = await call(client, "PUT", path, admin)
+        assert answer(r) == (403, {"detail": "Only the memory's owner may share it"}), path
+    assert await snapshot(engine, t.org) == before
+    assert answer(await call(client, "GET", "/api/entities/mine", out_read)) == NOT_FOUND
+    assert (await call(client, "PUT", f"/api/entities/mine/grants/{t.u('out')}", ann)).is_success
+    assert (await call(client, "GET", "/api/entities/mine", out_read)).status_code == 200
 
 
 async def test_read_only_keys_cannot_write_on_rest(engine, client):
@@ -394,24 +425,39 @@ async def test_admin_routes(engine, client):
         json={"role": "viewer"},
     )
     assert answer(r) == (404, {"detail": "User not found"})
-    # keys: minted for the org's users, listed without secrets, revoked in the org only
-    r = await call(
-        client,
-        "POST",
-        "/api/admin/keys",
-        adm,
-        json={"user_id": zed, "scopes": ["read", "write"], "projects": ["p4"]},
-    )
-    assert r.status_code == 201
-    minted = r.json()
-    assert minted["key"].startswith("sibyl_") and minted["projects"] == ["p4"]
-    made = await call(client, "POST", "/api/entities", minted["key"], json=note(project="p4"))
-    assert made.status_code == 201
-    listed = (await call(client, "GET", "/api/admin/keys", adm, params={"user": zed})).json()
-    assert [k["id"] for k in listed] == [minted["id"]] and "key" not in listed[0]
+    # keys: an admin key mints keys for its own user only (a breaker's trial: a key minted for a
+    # member read the member's private memories), none wider than itself; the operator mints the
+    # others' (sibyl-pg keys create). Listed without secrets, revoked in the org only.
+    adm_rw_admin = await t.key(engine, "adm", scopes=("read", "write", "admin"))
+    before_keys = await counts(engine, t.org)
+    for_zed = {"user_id": zed, "scopes": ["read", "write"], "projects": ["p4"]}
+    r = await call(client, "POST", "/api/admin/keys", adm_rw_admin, json=for_zed)
+    assert answer(r) == (403, {"detail": KEYS_FOR_OTHERS})
     assert (
         await call(client, "POST", "/api/admin/keys", adm, json={"user_id": t.u("own")})
     ).status_code == 403
+    wider = {"user_id": t.u("adm"), "scopes": ["read", "write", "admin"]}
+    r = await call(client, "POST", "/api/admin/keys", adm, json=wider)  # adm holds 'admin' only
+    assert answer(r) == (
+        403,
+        {"detail": "A key cannot mint a key with more scopes than its own (admin)"},
+    )
+    assert await counts(engine, t.org) == before_keys
+    own_key = {"user_id": t.u("adm"), "scopes": ["read", "write"], "projects": ["p4"]}
+    r = await call(client, "POST", "/api/admin/keys", adm_rw_admin, json=own_key)
+    assert r.status_code == 201
+    minted = r.json()
+    assert minted["key"].startswith("sibyl_") and minted["projects"] == ["p4"]
+    assert (await call(client, "GET", "/api/entities/n1", adm_rw_admin)).status_code == 200
+    assert (await call(client, "GET", "/api/entities/n1", minted["key"])).status_code == 404
+    # the operator mints zed's key; zed writes in p4 (p4 and zed are then in use, below)
+    zed_key = await make_key(engine, zed, scopes=("read", "write"), projects=["p4"])
+    zed_note = await call(client, "POST", "/api/entities", zed_key, json=note(project="p4"))
+    assert zed_note.status_code == 201
+    listed = (await call(client, "GET", "/api/admin/keys", adm, params={"user": zed})).json()
+    assert len(listed) == 1 and listed[0]["projects"] == ["p4"] and "key" not in listed[0]
+    listed = (await call(client, "GET", "/api/admin/keys", adm, params={"user": t.u("adm")})).json()
+    assert minted["id"] in [k["id"] for k in listed] and all("key" not in k for k in listed)
     assert (
         await call(client, "POST", "/api/admin/keys", adm, json={"user_id": other.u("ann")})
     ).status_code == 404
@@ -422,9 +468,7 @@ async def test_admin_routes(engine, client):
         await call(client, "DELETE", f"/api/admin/keys/{foreign[0]['id']}", adm)
     ).status_code == 404
     assert (await call(client, "DELETE", f"/api/admin/keys/{minted['id']}", adm)).status_code == 204
-    assert (
-        await call(client, "GET", f"/api/entities/{made.json()['id']}", minted["key"])
-    ).status_code == 401
+    assert (await call(client, "GET", "/api/entities/n1", minted["key"])).status_code == 401
     # deleting what is still in use is a 409, not a 500
     assert (await call(client, "DELETE", "/api/admin/projects/p4", adm)).status_code == 409
     assert (await call(client, "DELETE", f"/api/admin/users/{zed}", adm)).status_code == 409

@@ -439,7 +439,8 @@ async def list_grants(entity_id: str, request: Request, credentials: Credentials
 async def admin_grant(
     entity_id: str, user_id: str, request: Request, credentials: Credentials
 ) -> GrantOut:
-    """Share a memory you can read with a user of your org."""
+    """Share a memory you own with a user of your org (403 for a memory you can read but do not
+    own: only its owner widens its readers; the same rule as `PUT /api/entities/{id}/grants`)."""
 
     async def verb(conn: AsyncConnection, reader: Reader) -> GrantOut:
         return await directory.admin_grant(conn, reader, entity_id, user_id, granted=True)
@@ -483,7 +484,9 @@ async def list_keys(
 
 @admin.post("/keys", status_code=201, response_model=KeyCreated)
 async def create_key(body: KeyIn, request: Request, credentials: Credentials) -> KeyCreated:
-    """Mint a key for a user of your org; `key` is shown in this answer only."""
+    """Mint a key for your own user, with no scope your key lacks; `key` is shown in this answer
+    only. 403 for another user of your org (a key would read their private memories: the
+    operator mints it, `sibyl-pg keys create --user`), 404 for a user outside it."""
 
     async def verb(conn: AsyncConnection, reader: Reader) -> KeyCreated:
         return await directory.create_key(conn, reader, body)

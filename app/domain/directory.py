@@ -248,8 +248,9 @@ async def list_grants(conn: AsyncConnection, reader: Reader, entity_id: str) -> 
 async def admin_grant(
     conn: AsyncConnection, reader: Reader, entity_id: str, user_id: str, *, granted: bool
 ) -> GrantOut:
-    """Grant or revoke read access to a memory the admin can read themselves (nobody grants
-    what they cannot read: an admin cannot open a stranger's private memory to themselves)."""
+    """Grant read access to a memory the admin owns, or revoke a grant on a memory the admin can
+    read themselves (:func:`app.domain.entities.set_grant`: only an owner widens a memory's
+    readers, and nobody revokes what they cannot read)."""
     require_admin(reader)
     await set_grant(conn, reader, entity_id, user_id, granted=granted, as_admin=True)
     return GrantOut(entity_id=entity_id.strip(), user_id=user_id.strip())
@@ -284,15 +285,32 @@ async def list_keys(
     return [KeyOut(**_key_out(r)) for r in records]
 
 
-async def create_key(conn: AsyncConnection, reader: Reader, body: KeyIn) -> KeyCreated:
-    """Mint a key for a user of the org; the secret is in the answer, only this once.
+KEYS_FOR_OTHERS = (
+    "An admin key mints keys for its own user only: a key for another user would read and write"
+    " as them, their private memories included. Their own key mints it, or the operator:"
+    " sibyl-pg keys create --user USER_ID"
+)
+KEY_WIDER_THAN_CALLER = "A key cannot mint a key with more scopes than its own ({scopes})"
 
-    ``Forbidden`` for a user above the admin's rank; ``BadRequest`` for a project outside the
-    org.
+
+async def create_key(conn: AsyncConnection, reader: Reader, body: KeyIn) -> KeyCreated:
+    """Mint a key for the admin's own user; the secret is in the answer, only this once.
+
+    Only for oneself (a breaker's trial, 2026-12-01): an org admin who minted a key for a member
+    read that member's private memories through it, which the read rule forbids admins (§2);
+    keys for other users come from the operator (``sibyl-pg keys create``). The new key's scopes
+    are a subset of the calling key's (an ``admin``-only key minted itself ``read,write,admin``);
+    a key restricted to projects never reaches the admin routes.
+    ``NotFound`` for a user outside the org; ``Forbidden`` for another user of the org or more
+    scopes than the caller's; ``BadRequest`` for a project outside the org.
     """
     require_admin(reader)
     user_id = body.user_id.strip()
-    _outranks(reader, await _user_role(conn, reader, user_id))
+    await _user_role(conn, reader, user_id)  # 404 for no such user of the org
+    if user_id != reader.user_id:
+        raise Forbidden(KEYS_FOR_OTHERS)
+    if not set(body.scopes) <= reader.scopes:
+        raise Forbidden(KEY_WIDER_THAN_CALLER.format(scopes=",".join(sorted(reader.scopes))))
     label = _text(body.label, field="label") if body.label is not None else None
     key_id, key = await key_domain.create_key(
         conn, user_id=user_id, scopes=body.scopes, projects=body.projects, label=label

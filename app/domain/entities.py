@@ -339,6 +339,9 @@ async def delete_edge(conn: AsyncConnection, reader: Reader, body: EdgeIn) -> No
         raise NotFound("Edge not found")
 
 
+ONLY_OWNER_SHARES = "Only the memory's owner may share it"
+
+
 async def set_grant(
     conn: AsyncConnection,
     reader: Reader,
@@ -350,16 +353,21 @@ async def set_grant(
 ) -> None:
     """Grant (or revoke) read access to a memory for ``user_id`` of the reader's org.
 
-    Allowed to the memory's owner, or with ``as_admin`` (an org owner/admin on an admin route)
-    when the admin can read the memory themselves: nobody grants what they cannot read. Raises
-    ``NotFound`` (memory or user absent/unreadable, or no such grant to revoke), ``Forbidden``.
+    Granting widens who reads a private memory: only its owner may (a breaker's trial: an org
+    admin holding a grant re-shared the memory through the admin route). Revoking narrows it:
+    its owner, or with ``as_admin`` (an org owner/admin on an admin route) an admin who can read
+    the memory themselves (nobody revokes what they cannot read). Raises ``NotFound`` (memory or
+    user absent/unreadable, or no such grant to revoke), ``Forbidden``.
     """
     found = await permissions.load_targets(conn, reader, [entity_id], lock="share")
     target = found.get(entity_id)
     if target is None:
         raise NotFound()
-    if not (target.owner_id == reader.user_id or (as_admin and permissions.is_org_admin(reader))):
-        raise Forbidden("Only the memory's owner (or an org admin) may share it")
+    owner = target.owner_id == reader.user_id
+    if granted and not owner:
+        raise Forbidden(ONLY_OWNER_SHARES)
+    if not (owner or (as_admin and permissions.is_org_admin(reader))):
+        raise Forbidden(ONLY_OWNER_SHARES + "; an org admin may revoke a grant on the admin route")
     user = user_id
     if not await user_in_org(conn, org_id=reader.org_id, user_id=user):
         raise NotFound("User not found")
