@@ -9,15 +9,21 @@ admin route is a 404 for every key but an admin one.
 
 from __future__ import annotations
 
+import json
+import re
+import secrets
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 from sqlalchemy import event
 from typer.testing import CliRunner
 
+from app.api.app import create_app
 from app.cli import cli
 from app.core.db import statement_engine
+from app.core.settings import get_settings
 from app.domain.explain import STATEMENT_SHAPES, explain_for_user
 from tests.builders import import_dicts, make_key
 from tests.world import World
@@ -113,6 +119,7 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
         assert WALK_CTES in WALK_SQL.text and WALK_ANSWER in WALK_SQL.text
     else:
         assert explained == served
+    assert report["figures"] == "shape"  # over REST by default: no figure spans other orgs
     for stmt in report["statements"]:
         assert stmt["sql"].startswith(f"/* {stmt['name']} */")
         assert stmt["name"].startswith(
@@ -120,7 +127,91 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
         )
         assert all(p["name"] for p in stmt["parameters"])
         plan = "\n".join(stmt["plan"])
+        assert "Scan" in plan or "Result" in plan, plan
+        for figure in ("rows=", "cost=", "Buffers", "Execution Time", "actual time"):
+            assert figure not in plan, plan
+    measured = await _explain_measured(engine, keys["admin"], verb)
+    assert measured["figures"] == "measured"
+    assert [s["sql"] for s in measured["statements"]] == [s["sql"] for s in report["statements"]]
+    for stmt in measured["statements"]:
+        plan = "\n".join(stmt["plan"])
         assert "Execution Time" in plan and "Buffers" in plan, plan
+
+
+async def _explain_measured(engine, key: str, verb: str) -> dict[str, Any]:
+    """The REST explain of a service whose operator set ``SIBYL_REST_EXPLAIN=measured``."""
+    app = create_app(
+        engine, settings=get_settings().model_copy(update={"rest_explain": "measured"})
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        r = await client.post(f"/api/admin/explain/{verb}", json=BODIES[verb], headers=_auth(key))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+FIGURES = re.compile(r"rows=|cost=|Buffers|Removed by|actual|Execution Time|Heap Blocks")
+
+
+async def test_rest_plans_show_nothing_another_org_writes_can_move(engine, client, world, keys):
+    """A breaker's trial: an org admin's REST explain of a search showed ``rows=0`` on the
+    full-text index, then ``rows=37`` once another org wrote 37 private memories holding the
+    word (the index holds every org's rows; a small table is read whole). Over REST a plan is
+    its shape, with no figure at all, before and after. The pair: the measured plan of the same
+    request does count the other org's rows (table scans are forced here, so that this small
+    database reads them the way a full-text index does on a big one)."""
+    from app.domain.explain import explain, verbs
+    from app.repo.explain import rolled_back_read
+    from app.repo.readers import reader_by_key
+
+    word = "plughword" + secrets.token_hex(3)
+    body = {"query": word}
+    mine = {"kind": "entity", "id": "holds_" + word, "org": world.org, "type": "note"}
+    await import_dicts(engine, [{**mine, "name": word, "content": word, "scope": "org"}])
+
+    async def removed() -> int:
+        """Rows the measured plan read and dropped (another org's among them)."""
+        async with rolled_back_read(engine) as conn:
+            for scan in ("indexscan", "bitmapscan", "indexonlyscan"):
+                await conn.exec_driver_sql(f"SET LOCAL enable_{scan} = off")
+            reader = await reader_by_key(conn, key=keys["admin"])
+            assert reader is not None
+            report = await explain(conn, reader, verbs()["search"], body, measured=True)
+        plans = json.dumps([s.plan for s in report.statements])
+        return sum(int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plans))
+
+    async def rest() -> str:
+        r = await client.post("/api/admin/explain/search", json=body, headers=_auth(keys["admin"]))
+        assert r.status_code == 200 and r.json()["figures"] == "shape", r.text
+        plans = json.dumps([s["plan"] for s in r.json()["statements"]])
+        assert "Scan" in plans and not FIGURES.search(plans), plans
+        return plans
+
+    await rest()
+    before = await removed()
+    other = "org_other_" + secrets.token_hex(4)
+    owner = f"user_{other}"
+    await import_dicts(
+        engine,
+        [
+            {"kind": "org", "id": other, "name": "Other"},
+            {"kind": "user", "id": owner, "org": other, "handle": "o", "role": "member"},
+        ]
+        + [
+            {
+                "kind": "entity",
+                "id": f"secret_{i}",
+                "org": other,
+                "type": "note",
+                "name": f"{word} {i}",
+                "content": f"{word} private",
+                "owner": owner,
+            }
+            for i in range(37)
+        ],
+    )
+    await rest()
+    assert await removed() >= before + 37
 
 
 async def test_json_and_generic_plans_and_psql_replay(engine, database_url, world):

@@ -88,10 +88,13 @@ async def explain(
     ] = None,
 ) -> ExplainReport:
     """The exact SQL a request of ``verb`` (``expand``, ``slice``, ``search``) sends, the values
-    it binds, and ``EXPLAIN (ANALYZE, BUFFERS)`` of each statement, read as the key's user.
+    it binds, and the plan of each statement, read as the key's user: its shape (``EXPLAIN
+    (COSTS OFF)``, `figures: "shape"`), since PostgreSQL counts, times and estimates a plan's
+    rows over every org of the database; ``EXPLAIN (ANALYZE, BUFFERS)`` where the operator set
+    ``SIBYL_REST_EXPLAIN=measured`` (one org per database), and always from ``sibyl-pg explain``.
 
-    The verb runs for real in a read-only transaction that is rolled back. Plans count rows
-    before the read rule filters them, which is why only ``admin`` keys may see them. The key
+    The verb runs for real in a read-only transaction that is rolled back. Only ``admin`` keys
+    of org owners and admins may use the route. The key
     is checked first: for anyone else the route answers 404 whatever the query or body (422s
     for them only once the key may use the route).
     """

@@ -25,6 +25,11 @@ Every variable is optional; the defaults run the service on a fresh machine:
   gives up (default 10000 ms; 0: forever). A migration waiting behind a long query would
   otherwise queue every later query of that table behind it (PostgreSQL's lock queue); given up,
   nothing changed (each migration is transactional) and it can be run again.
+- ``SIBYL_REST_EXPLAIN``: what ``POST /api/admin/explain/{verb}`` shows an org admin: ``shape``
+  (default: each plan's nodes, without row counts, buffers, costs or times, which PostgreSQL
+  measures and estimates over the rows of every org in the database) or ``measured`` (the full
+  ``EXPLAIN (ANALYZE, BUFFERS)``: only where a database holds a single org). The CLI's
+  ``sibyl-pg explain`` always measures (the operator).
 - ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
   ``*``: any), the MCP transport's DNS-rebinding check.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
@@ -82,6 +88,7 @@ class Settings(BaseSettings):
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
     migration_lock_timeout_ms: int = Field(default=10_000, ge=0, le=3_600_000)
     mcp_allowed_hosts: str = ""
+    rest_explain: Literal["shape", "measured"] = "shape"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     # connections of each pool: the service's, and REST expand's own one-statement pool
     # (app.core.db.statement_engine), so a server process holds up to 2 × pool_size

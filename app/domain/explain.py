@@ -100,7 +100,9 @@ class ExplainStatement(BaseModel):
     name: str = Field(description="The constant name comment the statement starts with")
     sql: str = Field(description="The exact text sent, with $n placeholders")
     parameters: list[ExplainParameter]
-    plan: Any = Field(description="EXPLAIN (ANALYZE, BUFFERS) lines, or the FORMAT JSON document")
+    plan: Any = Field(
+        description="EXPLAIN lines, or the FORMAT JSON document (see the report's `figures`)"
+    )
     psql: str = Field(description="A psql script that replays the statement and its plan")
 
 
@@ -114,6 +116,12 @@ class ExplainReport(BaseModel):
         "parameter-blind plan a pooled connection may switch to after five executions"
     )
     outcome: str = Field(description="'ok', or the status and message the verb answered with")
+    figures: Literal["measured", "shape"] = Field(
+        default="measured",
+        description="measured: EXPLAIN (ANALYZE, BUFFERS); shape: EXPLAIN (COSTS OFF), the "
+        "plan's nodes without row counts, buffers, costs or times (over REST by default: "
+        "PostgreSQL measures and estimates those over every org's rows; SIBYL_REST_EXPLAIN)",
+    )
     statements: list[ExplainStatement]
 
 
@@ -143,8 +151,10 @@ async def explain(
     fmt: PlanFormat = "text",
     mode: PlanMode = "custom",
     settings: Settings | None = None,
+    measured: bool = True,
 ) -> ExplainReport:
-    """Run ``verb`` for ``body`` as ``reader`` on ``conn``, then explain every statement it sent.
+    """Run ``verb`` for ``body`` as ``reader`` on ``conn``, then explain every statement it sent
+    (``measured=False``: each plan's shape only, :func:`app.repo.explain.explain_statement`).
 
     ``conn`` must be inside a transaction the caller rolls back
     (:func:`app.repo.explain.rolled_back_read`). Raises pydantic's ``ValidationError`` for a body
@@ -164,13 +174,15 @@ async def explain(
             outcome = f"{error.status} {error.detail}"
     statements = list(captured)
     plans = [
-        await explain_repo.explain_statement(conn, stmt, fmt=fmt, mode=mode) for stmt in statements
+        await explain_repo.explain_statement(conn, stmt, fmt=fmt, mode=mode, measured=measured)
+        for stmt in statements
     ]
     return ExplainReport(
         verb=verb.name,
         format=fmt,
         plan_mode=mode,
         outcome=outcome,
+        figures="measured" if measured else "shape",
         statements=[_statement(p, mode) for p in plans],
     )
 
@@ -205,15 +217,30 @@ async def explain_for_key(
     not an org owner or admin, a project-restricted key and an unknown verb all
     raise the same ``NotFound("Not found")``: the route does not exist for anyone else.
     Database faults (including the statement timeout) raise ``Unavailable`` (503).
+
+    Plans show their shape only unless ``SIBYL_REST_EXPLAIN=measured``: PostgreSQL counts,
+    times and estimates a plan's rows over every org in the database (a full-text index holds
+    every org's rows; a small table is read whole), so an org admin watching a plan's figures
+    saw another org's memories come and go (a breaker's trial: ``rows=0`` became ``rows=37``
+    when another org wrote 37 memories holding the word). The operator's CLI always measures.
     """
     spec = _lookup(verb)
+    s = settings or get_settings()
 
     async def go() -> ExplainReport:
         async with explain_repo.rolled_back_read(engine) as conn:
-            # Plans count rows before the read rule filters them: an org owner's or admin's
-            # unrestricted admin key only (the rule of every /api/admin route).
+            # the rule of every /api/admin route: an org owner's or admin's unrestricted admin key
             reader = require_admin(await reader_by_key(conn, key=key) if key else None)
-            return await explain(conn, reader, spec, body, fmt=fmt, mode=mode, settings=settings)
+            return await explain(
+                conn,
+                reader,
+                spec,
+                body,
+                fmt=fmt,
+                mode=mode,
+                settings=s,
+                measured=s.rest_explain == "measured",
+            )
 
     return await _guarded(go())
 
@@ -246,6 +273,7 @@ async def explain_for_user(
 
 
 _JSON_OPTION = {"text": "", "json": ", FORMAT JSON"}
+_FIGURES = {"measured": "ANALYZE, BUFFERS", "shape": "COSTS OFF"}
 
 
 def render_text(report: ExplainReport) -> str:
@@ -263,7 +291,7 @@ def render_text(report: ExplainReport) -> str:
             out.append(f"--   ${p.position} {p.name or '?'} ({p.type}) = {value}")
         out += [
             "",
-            f"-- plan: EXPLAIN (ANALYZE, BUFFERS{_JSON_OPTION[report.format]})",
+            f"-- plan: EXPLAIN ({_FIGURES[report.figures]}{_JSON_OPTION[report.format]})",
         ]
         if isinstance(stmt.plan, list) and all(isinstance(line, str) for line in stmt.plan):
             out += stmt.plan
