@@ -261,6 +261,12 @@ async def test_admin_route_is_a_404_for_everyone_else(client, world, keys):
     assert (r.status_code, r.json()) == (404, hidden)
     r = await client.post(url, json={"entity_ids": "alpha"}, headers=_auth(keys["admin"]))
     assert r.status_code == 422
+    # located in the body, as the verb's own route says it (a new-user trial: ["entity_ids"])
+    same = await client.post(
+        "/api/search/expand", json={"entity_ids": "alpha"}, headers=_auth(keys["read"])
+    )
+    assert [e["loc"] for e in r.json()["errors"]] == [e["loc"] for e in same.json()["errors"]]
+    assert r.json()["errors"][0]["loc"][0] == "body"
     r = await client.post(url, json={"entity_ids": []}, headers=_auth(keys["admin"]))
     assert r.status_code == 400
     r = await client.post(f"{url}?format=json", json=body, headers=_auth(keys["admin"]))

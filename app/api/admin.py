@@ -119,8 +119,10 @@ async def explain(
             mode="generic" if options.generic else "custom",
             settings=request.app.state.settings,
         )
-    except ValidationError as error:
-        raise RequestValidationError(error.errors()) from None
+    except ValidationError as error:  # the verb's request is the body: located as on its route
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in error.errors()]
+        ) from None
 
 
 @admin.get("/doctor", response_model=DoctorReport)

@@ -141,7 +141,10 @@ async def delete_user(conn: AsyncConnection, reader: Reader, user_id: str) -> No
     if outcome == "missing":
         raise NotFound("User not found")
     if outcome == "in_use":
-        raise Conflict("This user still owns memories: delete them or change their owner first")
+        raise Conflict(
+            "This user still owns memories: they (or the operator) must delete them, or the"
+            " operator gives them another owner (an NDJSON import naming a new `owner`) first"
+        )
 
 
 # --- projects and members ----------------------------------------------------------------------

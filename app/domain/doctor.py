@@ -650,7 +650,15 @@ def check_search_statistics(f: Facts, *, detail: bool) -> Check:
             facts=facts,
         )
     who = f"{len(s.due)} org(s): {', '.join(s.due[:5])}" if detail else "this org"
-    stale = f"; {s.stale} of {s.audiences} audiences stale" if detail else ""
+    # an org is due when an audience was retired by a write (stale), or memories were created
+    # since its count, or it was never counted: say which, not "0 stale" beside "out of date"
+    stale = (
+        f"; {s.stale} of {s.audiences} audiences retired by writes"
+        if detail and s.stale
+        else "; memories were created since the last count (or none was made)"
+        if detail
+        else ""
+    )
     by = (
         f"a serving process with this environment recounts due orgs every {f.refresh_s:g} s "
         "(SIBYL_STATS_REFRESH_S)"

@@ -81,4 +81,4 @@ async def create_key(
 async def revoke_key(conn: AsyncConnection, *, key_id: str) -> None:
     """Revoke a key at once; raises ``NotFound`` when no live key has that id."""
     if (await conn.execute(REVOKE_KEY_SQL, {"id": key_id})).first() is None:
-        raise NotFound("Key not found")
+        raise NotFound("No live key has this id (already revoked, or never minted)")
