@@ -270,7 +270,7 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
     from sqlalchemy import exc as sa_exc
 
     from app.core.db import write_tx
-    from app.domain.communities import RebuildSummary, rebuild
+    from app.domain.communities import CommunitiesChanged, RebuildSummary, rebuild
     from app.repo import term_stats
     from app.repo.communities import org_ids, vacuum
 
@@ -290,11 +290,15 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
                         async with write_tx(engine) as conn:
                             out.append(await rebuild(conn, org_id=org_id))
                         break
-                    except sa_exc.IntegrityError:
-                        # a memory deleted while the rebuild read the org: its membership
-                        # row has no memory left; the rebuild is idempotent, run it again
+                    except (sa_exc.IntegrityError, CommunitiesChanged):
+                        # a write changed the org while the rebuild read it (it replaced
+                        # nothing), or a memory was deleted meanwhile: run it again
                         if attempt == REBUILD_ATTEMPTS:
-                            raise
+                            raise _err(
+                                f"{org_id}: writes kept changing the org during"
+                                f" {REBUILD_ATTEMPTS} rebuilds; its communities stay retired"
+                                " (run it again when writes are fewer)"
+                            ) from None
             await term_stats.refresh_orgs(engine, chosen)  # the search statistics too
             # a bulk rewrite: fresh statistics and visibility map (autovacuum may be off)
             async with engine.connect() as conn:

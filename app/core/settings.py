@@ -21,6 +21,11 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
   word statistics are out of date and recounts them (default 60; 0: never, then only
   ``sibyl-pg stats refresh`` does; else 1 to 86400; see :mod:`app.domain.refresher`).
+- ``SIBYL_COMMUNITIES_REFRESH_S``: how often (seconds) a serving process rebuilds the
+  communities of orgs whose communities a write retired (default 120; 0: never, then only
+  ``sibyl-pg communities rebuild`` does; else 1 to 86400; :mod:`app.domain.community_refresher`).
+- ``SIBYL_COMMUNITIES_AUTO_MAX_LINKS``: the largest org (edges + mentions) a serving process
+  rebuilds (default 200,000; larger ones are the operator's ``communities rebuild``).
 - ``SIBYL_MIGRATION_LOCK_TIMEOUT_MS``: how long a migration waits for a table lock before it
   gives up (default 10000 ms; 0: forever). A migration waiting behind a long query would
   otherwise queue every later query of that table behind it (PostgreSQL's lock queue); given up,
@@ -53,7 +58,7 @@ class Settings(BaseSettings):
     # a variable set but empty (`SIBYL_WALK_HOP_CAP=`) counts as unset: its default applies
     model_config = SettingsConfigDict(env_prefix="SIBYL_", extra="ignore", env_ignore_empty=True)
 
-    @field_validator("stats_refresh_s")
+    @field_validator("stats_refresh_s", "communities_refresh_s")
     @classmethod
     def _whole_seconds_or_off(cls, value: float) -> float:
         if 0 < value < 1:  # a near-zero interval would run the refresher's look without pause
@@ -86,6 +91,8 @@ class Settings(BaseSettings):
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
+    communities_refresh_s: float = Field(default=120.0, ge=0, le=86_400, allow_inf_nan=False)
+    communities_auto_max_links: int = Field(default=200_000, ge=0, le=100_000_000)
     migration_lock_timeout_ms: int = Field(default=10_000, ge=0, le=3_600_000)
     mcp_allowed_hosts: str = ""
     rest_explain: Literal["shape", "measured"] = "shape"

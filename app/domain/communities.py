@@ -28,6 +28,7 @@ since the last rebuild) still never shows an unreadable memory.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from collections import defaultdict
@@ -202,17 +203,32 @@ def detect(memories: Iterable[repo.MemoryRow], links: Iterable[tuple[str, str]])
     )
 
 
-async def rebuild(conn: AsyncConnection, *, org_id: str) -> RebuildSummary:
-    """Recompute and replace every community of ``org_id`` in the caller's transaction.
+class CommunitiesChanged(Exception):
+    """A write changed the org's communities while a rebuild read and detected them: the
+    rebuild replaced nothing (the org stays due; run it again)."""
 
-    Takes the org's rebuild lock (a concurrent rebuild of the same org waits), reads the org's
-    memories and links, runs :func:`detect` and stores the result. An org without links (or an
-    unknown org id) ends with no communities.
+
+async def rebuild(conn: AsyncConnection, *, org_id: str) -> RebuildSummary:
+    """Recompute and replace every community of ``org_id`` in the caller's transaction (READ
+    COMMITTED, as :func:`app.core.db.write_tx`).
+
+    Reads the org's retirement records, memories and links without holding writes back, runs
+    :func:`detect` in a worker thread, then takes the org's community lock (retiring writes
+    wait from here to the commit) and stores the result, unless a retirement was recorded since
+    it began: then it raises :class:`CommunitiesChanged` and the caller rolls back (a write's
+    change may be missing from what was read). On success the records it saw are deleted: the
+    org is no longer due. An org without links (or an unknown org id) ends with no communities.
     """
     started = time.perf_counter()
+    seen = await repo.retirements(conn, org_id=org_id)
+    memories = await repo.memories(conn, org_id=org_id)
+    links = await repo.links(conn, org_id=org_id)
+    found = await asyncio.to_thread(detect, memories, links)  # Louvain: CPU, off the event loop
     await repo.lock_org(conn, org_id=org_id)
-    found = detect(await repo.memories(conn, org_id=org_id), await repo.links(conn, org_id=org_id))
+    if await repo.retired_since(conn, org_id=org_id, seen=seen):
+        raise CommunitiesChanged(org_id)
     await repo.replace_communities(conn, org_id=org_id, communities=found.communities)
+    await repo.clear_retirements(conn, org_id=org_id, seen=seen)
     sizes = [len(c.members) for c in found.communities]
     return RebuildSummary(
         org_id=org_id,

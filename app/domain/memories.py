@@ -40,7 +40,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.errors import BadRequest, Conflict
 from app.domain import spans, write_rules
 from app.domain.passages import passage_id
-from app.repo import communities as community_repo
 from app.repo import writes
 
 LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
@@ -357,9 +356,8 @@ async def create_entities(
     pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
     write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
     await writes.derive_links(conn, org_id=org_id, pairs=pairs)
-    if await community_repo.has_communities(conn, org_id=org_id):
-        # links into existing memories (a pending one has no target yet: it retires nothing)
-        await write_rules.retire_link_communities(conn, org_id=org_id, pairs=[*gained, *pairs])
+    # links into existing memories (a pending one has no target yet: it retires nothing)
+    await write_rules.retire_bulk_link_communities(conn, org_id=org_id, pairs=[*gained, *pairs])
 
 
 async def unchanged(

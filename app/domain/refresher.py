@@ -31,7 +31,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -40,6 +41,7 @@ from app.core.db import cancelling
 from app.repo import term_stats
 
 log = logging.getLogger("sibyl_pg.refresher")
+T = TypeVar("T")
 
 MAX_BACKOFF = 32
 """After consecutive failed ticks the refresher waits 2, 4, ... up to this many intervals."""
@@ -139,61 +141,71 @@ class Refresher:
                     await conn.invalidate()  # session ends (its lock too); that error stands
 
     async def run(self) -> None:
-        """Tick every ``interval_s`` seconds until cancelled; a failed tick is logged and the
-        next one tried after 2, 4, ... up to :data:`MAX_BACKOFF` intervals; its own engine is
-        disposed on the way out."""
-        delay = self.interval_s
+        """Tick every ``interval_s`` seconds until cancelled (:func:`run_every`), logging what
+        each recount did; its own engine is disposed on the way out."""
         try:
-            while True:
-                await asyncio.sleep(delay)
-                try:
-                    done = await self.tick()
-                except Exception as exc:  # a failed tick must not stop the next one...
-                    if cancelling():
-                        raise  # ... but a cancelled one ends the loop
-                    # the database down or gone: wait 2, 4, ... MAX_BACKOFF intervals
-                    delay = min(2 * delay, MAX_BACKOFF * self.interval_s)
-                    log.warning(
-                        "search statistics refresh failed (next try in %.0f s): %s",
-                        delay,
-                        exc_line(exc),
-                    )
-                    continue
-                delay = self.interval_s
-                if cancelling():  # a cancel swallowed below (a statement cut mid-way) ends it
-                    raise asyncio.CancelledError
-                for org_id, r in done.items():
-                    if r.error:
-                        log.warning("search statistics of %s not recounted: %s", org_id, r.error)
-                    elif not r.audiences:  # writes (or another refresh) took them over
-                        log.info(
-                            "search statistics of %s counted, none stamped: writes during the"
-                            " count keep them stale until the next look",
-                            org_id,
-                        )
-                    else:
-                        log.info(
-                            "search statistics of %s recounted: %d documents in %d audiences",
-                            org_id,
-                            r.documents,
-                            r.audiences,
-                        )
+            await run_every(self.interval_s, self.tick, self._report, "search statistics refresh")
         finally:
             await self.close()
 
+    @staticmethod
+    def _report(done: dict[str, term_stats.Recount]) -> None:
+        for org_id, r in done.items():
+            if r.error:
+                log.warning("search statistics of %s not recounted: %s", org_id, r.error)
+            elif not r.audiences:  # writes (or another refresh) took them over
+                log.info(
+                    "search statistics of %s counted, none stamped: writes during the"
+                    " count keep them stale until the next look",
+                    org_id,
+                )
+            else:
+                log.info(
+                    "search statistics of %s recounted: %d documents in %d audiences",
+                    org_id,
+                    r.documents,
+                    r.audiences,
+                )
 
-def lifespan(
-    engine: AsyncEngine, interval_s: float
+
+async def run_every(
+    interval_s: float,
+    tick: Callable[[], Awaitable[T]],
+    report: Callable[[T], None],
+    what: str,
+) -> None:
+    """Call ``tick`` every ``interval_s`` seconds until cancelled and hand its answer to
+    ``report``; a failed tick (the database down or gone) is logged as ``what`` and the next
+    one tried after 2, 4, ... up to :data:`MAX_BACKOFF` intervals. A cancel ends it at once."""
+    delay = interval_s
+    while True:
+        await asyncio.sleep(delay)
+        try:
+            done = await tick()
+        except Exception as exc:  # a failed tick must not stop the next one...
+            if cancelling():
+                raise  # ... but a cancelled one ends the loop
+            delay = min(2 * delay, MAX_BACKOFF * interval_s)
+            log.warning("%s failed (next try in %.0f s): %s", what, delay, exc_line(exc))
+            continue
+        delay = interval_s
+        if cancelling():  # a cancel swallowed below (a statement cut mid-way) ends it
+            raise asyncio.CancelledError
+        report(done)
+
+
+def background(
+    interval_s: float, run: Callable[[], Coroutine[Any, Any, None]]
 ) -> contextlib.AbstractAsyncContextManager[None]:
-    """A context that runs a :class:`Refresher` of ``engine`` in the background while it is
-    entered (nothing when ``interval_s`` is 0) and cancels it on exit."""
+    """A context that runs ``run()`` as a background task while it is entered (nothing when
+    ``interval_s`` is 0) and cancels it on exit."""
 
     @contextlib.asynccontextmanager
     async def running() -> AsyncIterator[None]:
         if interval_s <= 0:
             yield
             return
-        task = asyncio.create_task(Refresher(engine, interval_s=interval_s).run())
+        task = asyncio.create_task(run())
         try:
             yield
         finally:
@@ -202,3 +214,11 @@ def lifespan(
                 await task
 
     return running()
+
+
+def lifespan(
+    engine: AsyncEngine, interval_s: float
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """A context that runs a :class:`Refresher` of ``engine`` in the background while it is
+    entered (nothing when ``interval_s`` is 0) and cancels it on exit."""
+    return background(interval_s, lambda: Refresher(engine, interval_s=interval_s).run())

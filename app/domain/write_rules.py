@@ -21,9 +21,10 @@ a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP an
   communities that hold any memory it touched, in the same transaction
   (:func:`retire_communities`; for links, only a link whose two ends lie in one audience, the
   links detection uses: :func:`retire_link_communities`, so a write a reader cannot see retires
-  nothing it sees); they give no ``SHARES_COMMUNITY`` hop until ``sibyl-pg
-  communities rebuild`` recomputes them. There is no automatic rebuild: detection reads a whole
-  org (Louvain over every link), which is not cheap enough to run after each write;
+  nothing it sees); they give no ``SHARES_COMMUNITY`` hop until a rebuild recomputes them. The
+  write records its org as due (``community_retirements``), and a serving process rebuilds due
+  orgs every ``SIBYL_COMMUNITIES_REFRESH_S`` seconds (:mod:`app.domain.community_refresher`);
+  detection reads a whole org (Louvain over every link), too much to run inside each write;
 - **word statistics retired**: a write that changes or removes a row the search statistics count
   (the text, scope or project of a project- or org-scoped memory, or the memory itself) marks its
   audience's counts not fresh, in the same transaction (:func:`retire_term_stats`); its readers'
@@ -103,6 +104,21 @@ async def retire_link_communities(
     (same transaction as the write)."""
     if pairs:
         await community_repo.retire_links(conn, org_id=org_id, pairs=list(dict.fromkeys(pairs)))
+
+
+async def retire_bulk_link_communities(
+    conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
+) -> None:
+    """:func:`retire_link_communities` for a bulk write's new links, skipped (its join is not
+    free) when the org has no community yet: then the org is only recorded as due a rebuild
+    (:func:`app.repo.communities.mark`), so a freshly imported org gets its communities from a
+    serving process (:mod:`app.domain.community_refresher`)."""
+    if not pairs:
+        return
+    if await community_repo.has_communities(conn, org_id=org_id):
+        await retire_link_communities(conn, org_id=org_id, pairs=pairs)
+    else:
+        await community_repo.mark(conn, org_id=org_id)
 
 
 async def retire_moved_communities(
@@ -238,10 +254,9 @@ async def write_edges(
         await entity_repo.mark_superseded_many(
             conn, org_id=org_id, ids=sorted({d for _, d in pairs})
         )
-    if created and await community_repo.has_communities(conn, org_id=org_id):
-        await retire_link_communities(
-            conn, org_id=org_id, pairs=sorted({(s, d) for s, _, d in created})
-        )
+    await retire_bulk_link_communities(
+        conn, org_id=org_id, pairs=sorted({(s, d) for s, _, d in created})
+    )
     return created
 
 

@@ -61,7 +61,6 @@ from app.domain.memories import (
 )
 from app.domain.validation import BAD_TEXT, stored_relationship
 from app.domain.write_schemas import JsonObject
-from app.repo import communities as community_repo
 from app.repo import term_stats, writes
 
 IdStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
@@ -763,9 +762,8 @@ async def _mentions(conn: AsyncConnection, items: Numbered, outcomes: Counter[st
             written = await writes.insert_mentions(
                 conn, org_id=org, pairs=[(s, d) for _, s, d in pairs]
             )
-            if written and await community_repo.has_communities(conn, org_id=org):
-                await write_rules.retire_link_communities(
-                    conn, org_id=org, pairs=sorted(set(written))
-                )
+            await write_rules.retire_bulk_link_communities(
+                conn, org_id=org, pairs=sorted(set(written))
+            )
         outcomes["mention:written"] += len(written)
         outcomes["mention:unchanged"] += len(pairs) - len(written)

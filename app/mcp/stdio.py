@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.db import database_url, make_engine
 from app.core.settings import Settings, get_settings
-from app.domain import refresher
+from app.domain import community_refresher, refresher
 from app.domain.reader import Reader
 from app.domain.session import run_read
 from app.mcp.server import build_mcp, fixed_key
@@ -39,8 +39,14 @@ async def serve_stdio(key: str, *, settings: Settings | None = None) -> None:
     try:
         await run_read(engine, key, _nothing)
         server = build_mcp(lambda: engine, fixed_key(key), settings=s)
-        # the search word statistics recounted when out of date (app/domain/refresher.py)
-        async with refresher.lifespan(engine, s.stats_refresh_s):
+        # the search word statistics recounted when out of date (app/domain/refresher.py), and
+        # communities retired by writes rebuilt (app/domain/community_refresher.py)
+        async with (
+            refresher.lifespan(engine, s.stats_refresh_s),
+            community_refresher.lifespan(
+                engine, s.communities_refresh_s, s.communities_auto_max_links
+            ),
+        ):
             await server.run_stdio_async()
     finally:
         await engine.dispose()

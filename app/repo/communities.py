@@ -34,7 +34,8 @@ UNION ALL
 SELECT src_id, dst_id FROM mentions WHERE org_id = :org AND src_id <> dst_id"""
 )
 
-# One rebuild per org at a time: a second one waits for the first to commit.
+# The org's community lock, EXCLUSIVE: one rebuild's replacement at a time, and retiring writes
+# (which take it SHARED, sibyl:communities.mark*) wait for it to commit.
 LOCK_SQL = text(
     """/* sibyl:communities.lock */
 SELECT pg_advisory_xact_lock(hashtextextended('sibyl:communities:' || CAST(:org AS text), 0))"""
@@ -111,6 +112,79 @@ WHERE c.org_id = :org
     JOIN community_members m ON m.org_id = :org AND m.entity_id = l.id
     WHERE b.lifecycle <> 'retired' AND b.scope = :scope
       AND (b.scope = 'org' OR b.project_id = :project))"""
+)
+
+# A write that retires (or may change) an org's communities records it (migration 0010), under
+# the org's community lock in SHARED mode, as a statement of its own before it deletes any
+# community: a rebuild replaces the org's communities under the same lock in EXCLUSIVE mode, and
+# only when no record appeared since it began reading (docs/communities.md, "Rebuilt
+# automatically"). So a write either waits for a rebuild's replacement and then deletes what it
+# made stale, or commits its record first and the rebuild gives up (the org stays due).
+_LOCK_SHARED = (
+    "pg_advisory_xact_lock_shared(hashtextextended('sibyl:communities:' || CAST(:org AS text), 0))"
+)
+MARK_SQL = text(
+    f"""/* sibyl:communities.mark */
+INSERT INTO community_retirements (org_id)
+SELECT :org FROM (SELECT {_LOCK_SHARED}) l"""
+)
+
+# The same, only when one of the memories takes part in detection (project or org scope, not
+# retired) or sits in a community: deleting a private memory changes no community.
+MARK_ENTITIES_SQL = text(
+    f"""/* sibyl:communities.mark_entities */
+INSERT INTO community_retirements (org_id)
+SELECT :org FROM (SELECT {_LOCK_SHARED}) l
+WHERE EXISTS (SELECT 1 FROM entities e
+              WHERE e.org_id = :org AND e.id = ANY(CAST(:ids AS text[]))
+                AND e.scope IN ('project', 'org') AND e.lifecycle <> 'retired')
+   OR EXISTS (SELECT 1 FROM community_members m
+              WHERE m.org_id = :org AND m.entity_id = ANY(CAST(:ids AS text[])))"""
+)
+
+# The same, only when a link of the pairs joins two memories of one audience (the links
+# detection uses; sibyl:communities.retire_links): a link with a private end changes none.
+MARK_LINKS_SQL = text(
+    f"""/* sibyl:communities.mark_links */
+INSERT INTO community_retirements (org_id)
+SELECT :org FROM (SELECT {_LOCK_SHARED}) l
+WHERE EXISTS (
+    SELECT 1
+    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS p(src, dst)
+    JOIN entities a ON a.org_id = :org AND a.id = p.src
+    JOIN entities b ON b.org_id = :org AND b.id = p.dst
+    WHERE a.scope = b.scope AND a.scope IN ('project', 'org')
+      AND (a.scope = 'org' OR a.project_id = b.project_id)
+      AND a.lifecycle <> 'retired' AND b.lifecycle <> 'retired')"""
+)
+
+RETIREMENTS_SQL = text(
+    """/* sibyl:communities.retirements */
+SELECT seq FROM community_retirements WHERE org_id = :org"""
+)
+
+# Under the exclusive lock, in a fresh snapshot: a record the rebuild did not see when it began
+# (a write that committed, or was still running, while it read and detected).
+RETIRED_SINCE_SQL = text(
+    """/* sibyl:communities.retired_since */
+SELECT EXISTS (SELECT 1 FROM community_retirements
+               WHERE org_id = :org AND seq <> ALL(CAST(:seen AS bigint[])))"""
+)
+
+CLEAR_RETIREMENTS_SQL = text(
+    """/* sibyl:communities.clear_retirements */
+DELETE FROM community_retirements WHERE org_id = :org AND seq = ANY(CAST(:seen AS bigint[]))"""
+)
+
+DUE_ORGS_SQL = text(
+    """/* sibyl:communities.due_orgs */
+SELECT DISTINCT org_id FROM community_retirements ORDER BY org_id"""
+)
+
+LINK_COUNT_SQL = text(
+    """/* sibyl:communities.link_count */
+SELECT (SELECT count(*) FROM edges WHERE org_id = :org)
+     + (SELECT count(*) FROM mentions WHERE org_id = :org) AS links"""
 )
 
 HAS_COMMUNITIES_SQL = text(
@@ -197,9 +271,17 @@ async def org_ids(conn: AsyncConnection) -> list[str]:
     return [r.id for r in await conn.execute(ORG_IDS_SQL)]
 
 
+async def mark(conn: AsyncConnection, *, org_id: str) -> None:
+    """Record that this transaction may change ``org_id``'s communities (:data:`MARK_SQL`):
+    the org is due a rebuild, and a rebuild replacing them now gives up."""
+    await conn.execute(MARK_SQL, {"org": org_id})
+
+
 async def retire(conn: AsyncConnection, *, org_id: str, entity_ids: Sequence[str]) -> int:
     """Delete every community of ``org_id`` with a member among ``entity_ids`` (their
-    memberships go with them); return how many were deleted."""
+    memberships go with them), recorded first (:data:`MARK_ENTITIES_SQL`); return how many
+    were deleted."""
+    await conn.execute(MARK_ENTITIES_SQL, {"org": org_id, "ids": list(entity_ids)})
     result = await conn.execute(RETIRE_SQL, {"org": org_id, "ids": list(entity_ids)})
     return int(result.rowcount or 0)
 
@@ -213,6 +295,7 @@ async def retire_links(
     if not pairs:
         return 0
     params = {"org": org_id, "srcs": [a for a, _ in pairs], "dsts": [b for _, b in pairs]}
+    await conn.execute(MARK_LINKS_SQL, params)
     result = await conn.execute(RETIRE_LINKS_SQL, params)
     return int(result.rowcount or 0)
 
@@ -231,6 +314,7 @@ async def retire_neighbours(
     none for a private or retired placement (:data:`RETIRE_NEIGHBOURS_SQL`)."""
     if scope not in ("project", "org") or lifecycle == "retired":
         return 0
+    await mark(conn, org_id=org_id)
     params = {"org": org_id, "id": entity_id, "scope": scope, "project": project_id}
     result = await conn.execute(RETIRE_NEIGHBOURS_SQL, params)
     return int(result.rowcount or 0)
@@ -247,3 +331,32 @@ async def vacuum(conn: AsyncConnection) -> None:
     :data:`app.core.db.FLUSH_STATISTICS_SQL`)."""
     await conn.execute(text(FLUSH_STATISTICS_SQL))
     await conn.execute(VACUUM_SQL)
+
+
+async def retirements(conn: AsyncConnection, *, org_id: str) -> list[int]:
+    """The records of ``org_id``'s retirements committed so far (a rebuild's starting point)."""
+    return [int(r.seq) for r in await conn.execute(RETIREMENTS_SQL, {"org": org_id})]
+
+
+async def retired_since(conn: AsyncConnection, *, org_id: str, seen: Sequence[int]) -> bool:
+    """Whether a retirement of ``org_id`` other than ``seen`` is recorded (call it holding the
+    org's lock, :func:`lock_org`, in a READ COMMITTED transaction: a fresh snapshot)."""
+    params = {"org": org_id, "seen": list(seen)}
+    return bool((await conn.execute(RETIRED_SINCE_SQL, params)).scalar())
+
+
+async def clear_retirements(conn: AsyncConnection, *, org_id: str, seen: Sequence[int]) -> None:
+    """Delete the records ``seen`` of ``org_id`` (a rebuild that saw them replaced the org's
+    communities)."""
+    if seen:
+        await conn.execute(CLEAR_RETIREMENTS_SQL, {"org": org_id, "seen": list(seen)})
+
+
+async def due_orgs(conn: AsyncConnection) -> list[str]:
+    """The orgs with a retirement recorded since their last rebuild, by id."""
+    return [r.org_id for r in await conn.execute(DUE_ORGS_SQL)]
+
+
+async def link_count(conn: AsyncConnection, *, org_id: str) -> int:
+    """The stored edges and mentions of ``org_id`` (what detection reads)."""
+    return int((await conn.execute(LINK_COUNT_SQL, {"org": org_id})).scalar() or 0)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Computed,
     DateTime,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -383,6 +384,18 @@ class CommunityMember(Base):
         ),
         Index("ix_community_members_entity", "org_id", "entity_id", "community_id", unique=True),
     )
+
+
+class CommunityRetirement(Base):
+    """A write that retired (or may have changed) the org's communities, recorded in its
+    transaction (migration 0010): the org is due a rebuild until one that saw this row commits
+    (:mod:`app.domain.community_refresher`)."""
+
+    __tablename__ = "community_retirements"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    retired_at: Mapped[datetime] = _now()
+    __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 
 
 class PendingLink(Base):

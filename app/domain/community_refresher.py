@@ -1,0 +1,196 @@
+"""The automatic rebuild of communities (contract §9: retired by writes; a new-user trial,
+2026-12-01: one small write removed the ``SHARES_COMMUNITY`` neighbours of every reader of the
+org until an operator ran ``sibyl-pg communities rebuild``).
+
+A write that retires (or may change) an org's communities records it in its transaction
+(``community_retirements``, :func:`app.repo.communities.mark`). Every serving process (``make
+run``: REST and MCP over HTTP; ``sibyl-pg mcp``) runs a :class:`CommunityRefresher`: every
+``SIBYL_COMMUNITIES_REFRESH_S`` seconds (default 120; 0 turns it off) it rebuilds the orgs with
+such records (:func:`app.domain.communities.rebuild`, which replaces nothing when a write
+changed the org while it read, so nothing stale is stored; the org stays due and is tried at
+the next look), then vacuums the community tables (autovacuum may be off: the walk reads them
+by index-only scans).
+
+Bounds: one process rebuilds at a time (a session advisory lock of its own key space); an org is
+rebuilt at most once per max(interval, :data:`GAP_FACTOR` × its last rebuild's duration);
+detection (Louvain, in Python) runs in a worker thread, and an org with more than
+``SIBYL_COMMUNITIES_AUTO_MAX_LINKS`` links (default 200,000) is left to the operator's
+``sibyl-pg communities rebuild`` (logged once per process), since its detection would take the
+serving process's CPU for minutes; a failed look (database down) is retried after 2, 4, ... 32
+intervals. Rebuilding changes when communities exist, never who may read them: detection runs
+per audience and the walk applies the read rule to every member (docs/communities.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.db import cancelling, write_tx
+from app.domain import refresher
+from app.domain.communities import CommunitiesChanged, rebuild
+from app.repo import communities as repo
+
+log = logging.getLogger("sibyl_pg.communities")
+
+GAP_FACTOR = 10.0
+"""An org is rebuilt at most once per this many times its last rebuild's duration."""
+
+TICK_LOCK_SQL = text(
+    """/* sibyl:communities.refresher_lock */
+SELECT pg_try_advisory_lock(hashtext('sibyl-pg'), hashtext('communities.refresher')) AS held"""
+)
+TICK_UNLOCK_SQL = text(
+    """/* sibyl:communities.refresher_unlock */
+SELECT pg_advisory_unlock(hashtext('sibyl-pg'), hashtext('communities.refresher'))"""
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one look did to one due org: ``rebuilt`` (with its community count and seconds),
+    ``changed`` (a write during the rebuild: nothing replaced, tried again later), ``too_big``
+    (over the link bound: the operator's job) or ``failed`` (``error`` says why)."""
+
+    status: str
+    communities: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+class CommunityRefresher:
+    """Rebuilds the communities of due orgs every ``interval_s`` seconds (module docstring), on
+    an engine of its own to ``engine``'s database (no statement timeout: a whole org is read).
+    ``max_links``: the largest org (edges + mentions) rebuilt here; ``orgs``: only these (None:
+    every org of the database); ``clock``: seconds."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        interval_s: float,
+        max_links: int,
+        orgs: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.url = engine.url.render_as_string(hide_password=False)
+        self.interval_s = interval_s
+        self.max_links = max_links
+        self.orgs = None if orgs is None else set(orgs)
+        self.clock = clock
+        self._next_allowed: dict[str, float] = {}
+        self._told_too_big: set[str] = set()
+        self._engine: AsyncEngine | None = None
+
+    def _own_engine(self) -> AsyncEngine:
+        if self._engine is None:
+            from app.core.db import make_engine
+
+            self._engine = make_engine(self.url)
+        return self._engine
+
+    async def close(self) -> None:
+        """Dispose of the refresher's own engine (a later tick makes a new one)."""
+        if self._engine is not None:
+            await self._engine.dispose()
+            self._engine = None
+
+    async def tick(self) -> dict[str, Outcome]:
+        """One look: rebuild every due org whose gap has passed (by id) and say what happened
+        to each; empty when another process holds the refresher's lock or nothing is due."""
+        engine = self._own_engine()
+        done: dict[str, Outcome] = {}
+        async with engine.connect() as conn:
+            held = (await conn.execute(TICK_LOCK_SQL)).scalar()
+            await conn.commit()
+            if not held:
+                return {}
+            try:
+                due = [o for o in await repo.due_orgs(conn) if self.orgs is None or o in self.orgs]
+                now = self.clock()
+                for org_id in due:
+                    if self._next_allowed.get(org_id, now) > now:
+                        continue
+                    links = await repo.link_count(conn, org_id=org_id)
+                    await conn.commit()
+                    if links > self.max_links:
+                        done[org_id] = Outcome("too_big")
+                        continue
+                    done[org_id] = await self._rebuild(engine, org_id)
+                if any(o.status == "rebuilt" for o in done.values()):
+                    autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                    await repo.vacuum(autocommit)
+                return done
+            finally:
+                try:
+                    await conn.execute(TICK_UNLOCK_SQL)
+                    await conn.commit()
+                except asyncio.CancelledError:
+                    await conn.invalidate()  # the session ends, and its lock with it
+                    raise
+                except Exception:  # a statement above failed or was cancelled mid-way: the
+                    await conn.invalidate()  # session ends (its lock too); that error stands
+
+    async def _rebuild(self, engine: AsyncEngine, org_id: str) -> Outcome:
+        started = self.clock()
+        try:
+            async with write_tx(engine) as conn:
+                summary = await rebuild(conn, org_id=org_id)
+        except CommunitiesChanged:
+            outcome = Outcome("changed", seconds=self.clock() - started)
+        except Exception as exc:  # one org's failure must not hold the others back
+            if cancelling():
+                raise
+            outcome = Outcome("failed", error=refresher.exc_line(exc))
+        else:
+            outcome = Outcome("rebuilt", communities=summary.count, seconds=summary.seconds)
+        gap = max(self.interval_s, GAP_FACTOR * outcome.seconds)
+        self._next_allowed[org_id] = self.clock() + gap
+        return outcome
+
+    def _report(self, done: dict[str, Outcome]) -> None:
+        for org_id, o in done.items():
+            if o.status == "rebuilt":
+                log.info(
+                    "communities of %s rebuilt: %d in %.1f s", org_id, o.communities, o.seconds
+                )
+            elif o.status == "changed":
+                log.info("communities of %s changed by a write while rebuilt: next look", org_id)
+            elif o.status == "failed":
+                log.warning("communities of %s not rebuilt: %s", org_id, o.error)
+            elif org_id not in self._told_too_big:
+                self._told_too_big.add(org_id)
+                log.warning(
+                    "communities of %s are stale: it has more than %d links"
+                    " (SIBYL_COMMUNITIES_AUTO_MAX_LINKS); run `sibyl-pg communities rebuild"
+                    " --org %s` (cron)",
+                    org_id,
+                    self.max_links,
+                    org_id,
+                )
+
+    async def run(self) -> None:
+        """Tick every ``interval_s`` seconds until cancelled, logging each outcome; its own
+        engine is disposed on the way out."""
+        try:
+            await refresher.run_every(self.interval_s, self.tick, self._report, "community rebuild")
+        finally:
+            await self.close()
+
+
+def lifespan(
+    engine: AsyncEngine, interval_s: float, max_links: int
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """A context that runs a :class:`CommunityRefresher` of ``engine`` in the background while
+    it is entered (nothing when ``interval_s`` is 0) and cancels it on exit."""
+    return refresher.background(
+        interval_s,
+        lambda: CommunityRefresher(engine, interval_s=interval_s, max_links=max_links).run(),
+    )

@@ -1,0 +1,168 @@
+"""Communities retired by writes come back on their own (a new-user trial, 2026-12-01: one small
+write removed the ``SHARES_COMMUNITY`` neighbours of every reader of the org until an operator
+ran ``sibyl-pg communities rebuild``). A retiring write records its org in its transaction; a
+serving process's :class:`~app.domain.community_refresher.CommunityRefresher` rebuilds the
+recorded orgs; a rebuild never stores communities a concurrent write made stale."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core.db import write_tx
+from app.domain import communities
+from app.domain.community_refresher import CommunityRefresher
+from tests.team import Team, call, scalar
+
+RECORDS = "SELECT count(*) FROM community_retirements WHERE org_id = :o"
+COMMUNITIES = "SELECT count(*) FROM communities WHERE org_id = :o"
+
+
+def _note(t: Team, id_: str, **placement: Any) -> dict[str, Any]:
+    return {
+        "kind": "entity",
+        "org": t.org,
+        "id": id_,
+        "type": "note",
+        "name": id_,
+        "content": f"{id_} text",
+        "owner": t.u("bob"),
+        **placement,
+    }
+
+
+async def _world(engine: AsyncEngine) -> tuple[Team, str, str]:
+    """ca -> cx -> cb in p1 (bob's), their community built; (team, vic's key, bob's key)."""
+    t = Team()
+    notes = [_note(t, i, project="p1") for i in ("ca", "cx", "cb")]
+    edges = [
+        {"kind": "edge", "org": t.org, "src": s, "dst": d, "relationship": "DEPENDS_ON"}
+        for s, d in (("ca", "cx"), ("cx", "cb"))
+    ]
+    await t.load(engine, extra=[*notes, *edges])
+    async with write_tx(engine) as conn:
+        await communities.rebuild(conn, org_id=t.org)
+    assert await scalar(engine, RECORDS, o=t.org) == 0  # the rebuild cleared what it saw
+    return t, await t.key(engine, "vic"), await t.key(engine, "bob")
+
+
+async def _community_neighbours(client: httpx.AsyncClient, key: str, seed: str) -> list[str]:
+    body = {"entity_ids": [seed], "relationship_types": ["SHARES_COMMUNITY"], "limit": 24}
+    r = await call(client, "POST", "/api/search/expand", key, json=body)
+    assert r.status_code == 200, r.text
+    return sorted(n["id"] for n in r.json()["neighbors"])
+
+
+def _refresher(engine: AsyncEngine, org: str, max_links: int = 200_000) -> CommunityRefresher:
+    return CommunityRefresher(
+        engine, interval_s=60, max_links=max_links, orgs=[org], clock=lambda: 0.0
+    )
+
+
+async def test_a_retiring_write_is_rebuilt_by_the_refresher(engine, client):
+    t, vic, bob = await _world(engine)
+    assert await _community_neighbours(client, vic, "ca") == ["cb", "cx"]
+    # a p1 note linking two members: it retires their community, for every reader of p1
+    body = {"id": "cn", "type": "note", "name": "cn", "project": "p1", "content": "[[ca]] [[cb]]"}
+    assert (await call(client, "POST", "/api/entities", bob, json=body)).status_code == 201
+    assert await _community_neighbours(client, vic, "ca") == []
+    assert await scalar(engine, RECORDS, o=t.org) >= 1  # recorded in the write's transaction
+    refresher = _refresher(engine, t.org)
+    try:
+        done = await refresher.tick()
+    finally:
+        await refresher.close()
+    assert done[t.org].status == "rebuilt"
+    assert await scalar(engine, RECORDS, o=t.org) == 0  # no longer due
+    back = await _community_neighbours(client, vic, "ca")
+    assert back  # ca has community neighbours again: those an operator's rebuild gives
+    async with write_tx(engine) as conn:
+        await communities.rebuild(conn, org_id=t.org)
+    assert await _community_neighbours(client, vic, "ca") == back
+
+
+async def test_a_write_the_audience_cannot_see_records_nothing(engine, client):
+    # the pair of the test above: a private note's links never formed a community, so the org
+    # is not due (no rebuild runs for a write that cannot change any reader's communities)
+    t, vic, bob = await _world(engine)
+    body = {"id": "pn", "type": "note", "name": "pn", "scope": "private", "content": "[[ca]]"}
+    assert (await call(client, "POST", "/api/entities", bob, json=body)).status_code == 201
+    edge = {"src": "pn", "relationship": "RELATED_TO", "dst": "cb"}
+    assert (await call(client, "POST", "/api/edges", bob, json=edge)).status_code == 201
+    assert await scalar(engine, RECORDS, o=t.org) == 0
+    assert await _community_neighbours(client, vic, "ca") == ["cb", "cx"]
+
+
+async def test_a_write_during_a_rebuild_keeps_the_org_due(engine, client, monkeypatch):
+    """A write that changes the org while a rebuild reads and detects it commits its record:
+    the rebuild then replaces nothing (it would store communities built without the write) and
+    the org stays due; the next rebuild stores the communities of the org as it now is."""
+    t, vic, bob = await _world(engine)
+    real = communities.detect
+    wrote: list[int] = []
+
+    def detect_while_writing(memories, links):  # type: ignore[no-untyped-def]
+        if not wrote:  # cx leaves the project while the first rebuild detects
+
+            async def move() -> int:
+                r = await call(client, "PATCH", "/api/entities/cx", bob, json={"scope": "private"})
+                return r.status_code
+
+            wrote.append(asyncio.run_coroutine_threadsafe(move(), loop).result(30))
+        return real(memories, links)
+
+    loop = asyncio.get_running_loop()
+    monkeypatch.setattr(communities, "detect", detect_while_writing)
+    await call(
+        client,
+        "POST",
+        "/api/edges",
+        bob,
+        json={"src": "ca", "relationship": "RELATED_TO", "dst": "cb"},
+    )
+    assert await scalar(engine, COMMUNITIES, o=t.org) == 0  # the edge retired them
+    refresher = _refresher(engine, t.org)
+    try:
+        first = await refresher.tick()
+        assert wrote == [200] and first[t.org].status == "changed"
+        assert await scalar(engine, COMMUNITIES, o=t.org) == 0  # nothing stale was stored
+        assert await scalar(engine, RECORDS, o=t.org) >= 1
+        refresher._next_allowed.clear()  # the next look, without waiting for the gap
+        second = await refresher.tick()
+    finally:
+        await refresher.close()
+    assert second[t.org].status == "rebuilt"
+    # built under the new readability: cx is private, ca and cb are joined by their own edge
+    assert await _community_neighbours(client, vic, "ca") == ["cb"]
+
+
+async def test_an_org_over_the_link_bound_is_left_to_the_operator(engine, client):
+    t, vic, bob = await _world(engine)
+    edge = {"src": "ca", "relationship": "RELATED_TO", "dst": "cb"}
+    assert (await call(client, "POST", "/api/edges", bob, json=edge)).status_code == 201
+    refresher = _refresher(engine, t.org, max_links=2)  # the org holds 3 links now
+    try:
+        done = await refresher.tick()
+    finally:
+        await refresher.close()
+    assert done[t.org].status == "too_big"
+    assert await _community_neighbours(client, vic, "ca") == []
+    assert await scalar(engine, RECORDS, o=t.org) >= 1  # still due for the operator's rebuild
+
+
+async def test_a_freshly_imported_org_is_due_its_first_communities(engine):
+    # an import into an org without communities records it too: a serving process builds them
+    t = Team()
+    notes = [_note(t, i, project="p1") for i in ("fa", "fb")]
+    edge = {"kind": "edge", "org": t.org, "src": "fa", "dst": "fb", "relationship": "DEPENDS_ON"}
+    await t.load(engine, extra=[*notes, edge])
+    assert await scalar(engine, RECORDS, o=t.org) >= 1
+    refresher = _refresher(engine, t.org)
+    try:
+        done = await refresher.tick()
+    finally:
+        await refresher.close()
+    assert done[t.org].status == "rebuilt" and done[t.org].communities == 1
