@@ -136,6 +136,21 @@ async def call(
     return await client.request(method, path, headers=headers, **kw)
 
 
+def bob_note(t: Team, id_: str, content: str, **placement: Any) -> dict[str, Any]:
+    """The import record of a note of bob's in ``t`` named ``id_``, placed by ``placement``
+    (``project``, ``scope``)."""
+    return {
+        "kind": "entity",
+        "org": t.org,
+        "id": id_,
+        "type": "note",
+        "name": id_,
+        "content": content,
+        "owner": t.u("bob"),
+        **placement,
+    }
+
+
 def answer(response: httpx.Response) -> tuple[int, Any]:
     """(status, JSON body or None): what must be equal for absent and denied."""
     try:

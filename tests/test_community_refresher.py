@@ -7,7 +7,6 @@ recorded orgs; a rebuild never stores communities a concurrent write made stale.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,29 +14,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.db import write_tx
 from app.domain import communities
 from app.domain.community_refresher import CommunityRefresher
-from tests.team import Team, call, scalar
+from tests.team import Team, bob_note, call, scalar
 
 RECORDS = "SELECT count(*) FROM community_retirements WHERE org_id = :o"
 COMMUNITIES = "SELECT count(*) FROM communities WHERE org_id = :o"
 
 
-def _note(t: Team, id_: str, **placement: Any) -> dict[str, Any]:
-    return {
-        "kind": "entity",
-        "org": t.org,
-        "id": id_,
-        "type": "note",
-        "name": id_,
-        "content": f"{id_} text",
-        "owner": t.u("bob"),
-        **placement,
-    }
-
-
 async def _world(engine: AsyncEngine) -> tuple[Team, str, str]:
     """ca -> cx -> cb in p1 (bob's), their community built; (team, vic's key, bob's key)."""
     t = Team()
-    notes = [_note(t, i, project="p1") for i in ("ca", "cx", "cb")]
+    notes = [bob_note(t, i, f"{i} text", project="p1") for i in ("ca", "cx", "cb")]
     edges = [
         {"kind": "edge", "org": t.org, "src": s, "dst": d, "relationship": "DEPENDS_ON"}
         for s, d in (("ca", "cx"), ("cx", "cb"))
@@ -156,7 +142,7 @@ async def test_an_org_over_the_link_bound_is_left_to_the_operator(engine, client
 async def test_a_freshly_imported_org_is_due_its_first_communities(engine):
     # an import into an org without communities records it too: a serving process builds them
     t = Team()
-    notes = [_note(t, i, project="p1") for i in ("fa", "fb")]
+    notes = [bob_note(t, i, f"{i} text", project="p1") for i in ("fa", "fb")]
     edge = {"kind": "edge", "org": t.org, "src": "fa", "dst": "fb", "relationship": "DEPENDS_ON"}
     await t.load(engine, extra=[*notes, edge])
     assert await scalar(engine, RECORDS, o=t.org) >= 1

@@ -20,7 +20,7 @@ from app.domain.entities import PRIVATE_BY_OWNER
 from app.domain.permissions import NOT_MOVABLE
 from app.mcp.server import build_mcp, fixed_key
 from tests.builders import import_dicts
-from tests.team import Team, answer, call, scalar, snapshot
+from tests.team import Team, answer, bob_note, call, scalar, snapshot
 
 STAMPS = {"created_at", "updated_at"}
 
@@ -194,21 +194,6 @@ async def test_communities_are_retired_when_a_member_turns_private(engine, clien
     assert ("cb", "SHARES_COMMUNITY") not in await _walk(client, vic, "ca")
 
 
-def _bob_note(t: Team, id_: str, content: str, **placement: Any) -> dict[str, Any]:
-    """The import record of a note of bob's named ``id_``, placed by ``placement`` (``project``,
-    ``scope``)."""
-    return {
-        "kind": "entity",
-        "org": t.org,
-        "id": id_,
-        "type": "note",
-        "name": id_,
-        "content": content,
-        "owner": t.u("bob"),
-        **placement,
-    }
-
-
 async def _community_world(engine: AsyncEngine) -> tuple[Team, str, str]:
     """ca -> cx -> cb in p1 (owner bob), one community rebuilt; (team, vic's key, bob's key)."""
     t = Team()
@@ -217,7 +202,7 @@ async def _community_world(engine: AsyncEngine) -> tuple[Team, str, str]:
         return {"kind": "edge", "org": t.org, "src": src, "dst": dst, "relationship": "DEPENDS_ON"}
 
     texts = {"ca": "alphaword first", "cx": "the middle", "cb": "betaword last"}
-    extra = [_bob_note(t, id_, content, project="p1") for id_, content in texts.items()]
+    extra = [bob_note(t, id_, content, project="p1") for id_, content in texts.items()]
     await t.load(engine, extra=[*extra, dep("ca", "cx"), dep("cx", "cb")])
     async with write_tx(engine) as conn:
         await communities.rebuild(conn, org_id=t.org)
@@ -263,9 +248,9 @@ async def test_a_link_that_joins_the_audience_retires_what_it_may_change(engine,
     count = "SELECT count(*) FROM communities WHERE org_id = :o"
 
     t, vic, bob = await _community_world(engine)
-    await import_dicts(engine, [_bob_note(t, "hidden_linker", "see [[ca]]", scope="private")])
+    await import_dicts(engine, [bob_note(t, "hidden_linker", "see [[ca]]", scope="private")])
     assert await scalar(engine, count, o=t.org) == 1
-    await import_dicts(engine, [_bob_note(t, "cy", "see [[ca]]", project="p1")])
+    await import_dicts(engine, [bob_note(t, "cy", "see [[ca]]", project="p1")])
     assert await scalar(engine, count, o=t.org) == 0
     assert await _walk(client, vic, "ca") == []
 

@@ -23,7 +23,6 @@ per audience and the walk applies the read rule to every member (docs/communitie
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -65,11 +64,11 @@ class Outcome:
     error: str | None = None
 
 
-class CommunityRefresher:
+class CommunityRefresher(refresher.OwnEngine):
     """Rebuilds the communities of due orgs every ``interval_s`` seconds (module docstring), on
-    an engine of its own to ``engine``'s database (no statement timeout: a whole org is read).
-    ``max_links``: the largest org (edges + mentions) rebuilt here; ``orgs``: only these (None:
-    every org of the database); ``clock``: seconds."""
+    an engine of its own (:class:`app.domain.refresher.OwnEngine`). ``max_links``: the largest
+    org (edges + mentions) rebuilt here; ``orgs``: only these (None: every org of the
+    database); ``clock``: seconds."""
 
     def __init__(
         self,
@@ -80,63 +79,37 @@ class CommunityRefresher:
         orgs: Sequence[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.url = engine.url.render_as_string(hide_password=False)
+        super().__init__(engine)
         self.interval_s = interval_s
         self.max_links = max_links
         self.orgs = None if orgs is None else set(orgs)
         self.clock = clock
         self._next_allowed: dict[str, float] = {}
         self._told_too_big: set[str] = set()
-        self._engine: AsyncEngine | None = None
-
-    def _own_engine(self) -> AsyncEngine:
-        if self._engine is None:
-            from app.core.db import make_engine
-
-            self._engine = make_engine(self.url)
-        return self._engine
-
-    async def close(self) -> None:
-        """Dispose of the refresher's own engine (a later tick makes a new one)."""
-        if self._engine is not None:
-            await self._engine.dispose()
-            self._engine = None
 
     async def tick(self) -> dict[str, Outcome]:
         """One look: rebuild every due org whose gap has passed (by id) and say what happened
         to each; empty when another process holds the refresher's lock or nothing is due."""
         engine = self._own_engine()
         done: dict[str, Outcome] = {}
-        async with engine.connect() as conn:
-            held = (await conn.execute(TICK_LOCK_SQL)).scalar()
-            await conn.commit()
+        lock = refresher.session_lock
+        async with engine.connect() as conn, lock(conn, TICK_LOCK_SQL, TICK_UNLOCK_SQL) as held:
             if not held:
                 return {}
-            try:
-                due = [o for o in await repo.due_orgs(conn) if self.orgs is None or o in self.orgs]
-                now = self.clock()
-                for org_id in due:
-                    if self._next_allowed.get(org_id, now) > now:
-                        continue
-                    links = await repo.link_count(conn, org_id=org_id)
-                    await conn.commit()
-                    if links > self.max_links:
-                        done[org_id] = Outcome("too_big")
-                        continue
-                    done[org_id] = await self._rebuild(engine, org_id)
-                if any(o.status == "rebuilt" for o in done.values()):
-                    autocommit = await conn.execution_options(isolation_level="AUTOCOMMIT")
-                    await repo.vacuum(autocommit)
-                return done
-            finally:
-                try:
-                    await conn.execute(TICK_UNLOCK_SQL)
-                    await conn.commit()
-                except asyncio.CancelledError:
-                    await conn.invalidate()  # the session ends, and its lock with it
-                    raise
-                except Exception:  # a statement above failed or was cancelled mid-way: the
-                    await conn.invalidate()  # session ends (its lock too); that error stands
+            due = [o for o in await repo.due_orgs(conn) if self.orgs is None or o in self.orgs]
+            now = self.clock()
+            for org_id in due:
+                if self._next_allowed.get(org_id, now) > now:
+                    continue
+                links = await repo.link_count(conn, org_id=org_id)
+                await conn.commit()
+                if links > self.max_links:
+                    done[org_id] = Outcome("too_big")
+                    continue
+                done[org_id] = await self._rebuild(engine, org_id)
+            if any(o.status == "rebuilt" for o in done.values()):
+                await repo.vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+            return done
 
     async def _rebuild(self, engine: AsyncEngine, org_id: str) -> Outcome:
         started = self.clock()

@@ -34,8 +34,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import TextClause, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import cancelling
 from app.repo import term_stats
@@ -70,25 +70,12 @@ def exc_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[0][:200]}" if first else type(exc).__name__
 
 
-class Refresher:
-    """Recounts the search statistics of the orgs that are due, at most every ``interval_s``
-    seconds (see the module docstring), on an engine of its own to ``engine``'s database (no
-    connection of the service's pool, no statement timeout: a whole org's vectors are read).
-    ``orgs``: only these (None: every org of the database); ``clock``: seconds, monotonic."""
+class OwnEngine:
+    """A background job's engine of its own to ``engine``'s database, made on first use: no
+    connection of the service's pool, no statement timeout (a whole org is read)."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        interval_s: float,
-        orgs: Sequence[str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, engine: AsyncEngine) -> None:
         self.url = engine.url.render_as_string(hide_password=False)
-        self.interval_s = interval_s
-        self.orgs = orgs
-        self.clock = clock
-        self._next_allowed: dict[str, float] = {}
         self._engine: AsyncEngine | None = None
 
     def _own_engine(self) -> AsyncEngine:
@@ -99,10 +86,55 @@ class Refresher:
         return self._engine
 
     async def close(self) -> None:
-        """Dispose of the refresher's own engine (a later tick makes a new one)."""
+        """Dispose of the job's own engine (a later tick makes a new one)."""
         if self._engine is not None:
             await self._engine.dispose()
             self._engine = None
+
+
+@contextlib.asynccontextmanager
+async def session_lock(
+    conn: AsyncConnection, lock: TextClause, unlock: TextClause
+) -> AsyncIterator[bool]:
+    """Try a job's session advisory lock on ``conn`` (``lock`` answers ``held``); yield whether
+    it is held, and release it on the way out. When the body failed or was cancelled mid-way,
+    the session is ended instead (its lock with it) and that error stands."""
+    held = bool((await conn.execute(lock)).scalar())
+    await conn.commit()
+    if not held:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        try:
+            await conn.execute(unlock)
+            await conn.commit()
+        except asyncio.CancelledError:
+            await conn.invalidate()  # the session ends, and its lock with it
+            raise
+        except Exception:  # a statement above failed or was cancelled mid-way: the
+            await conn.invalidate()  # session ends (its lock too); that error stands
+
+
+class Refresher(OwnEngine):
+    """Recounts the search statistics of the orgs that are due, at most every ``interval_s``
+    seconds (see the module docstring), on an engine of its own (:class:`OwnEngine`).
+    ``orgs``: only these (None: every org of the database); ``clock``: seconds, monotonic."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        interval_s: float,
+        orgs: Sequence[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(engine)
+        self.interval_s = interval_s
+        self.orgs = orgs
+        self.clock = clock
+        self._next_allowed: dict[str, float] = {}
 
     async def tick(self) -> dict[str, term_stats.Recount]:
         """One look: recount every due org whose gap has passed (by id): what each recount
@@ -111,34 +143,21 @@ class Refresher:
         after max(interval, :data:`GAP_FACTOR` × this recount's time), or after the interval
         when this one failed."""
         engine = self._own_engine()
-        async with engine.connect() as conn:
-            held = (await conn.execute(TICK_LOCK_SQL)).scalar()
-            await conn.commit()
+        async with (
+            engine.connect() as conn,
+            session_lock(conn, TICK_LOCK_SQL, TICK_UNLOCK_SQL) as held,
+        ):
             if not held:
                 return {}
-            try:
-                due = await term_stats.due_orgs(conn, self.orgs)
-                await conn.commit()
-                now = self.clock()
-                ready = [o for o in due if self._next_allowed.get(o, now) <= now]
-                done = await term_stats.recount(
-                    engine, ready, arm_wait_s=ARM_WAIT_S, clock=self.clock
-                )
-                for org_id, r in done.items():
-                    gap = (
-                        self.interval_s if r.error else max(self.interval_s, GAP_FACTOR * r.seconds)
-                    )
-                    self._next_allowed[org_id] = self.clock() + gap
-                return done
-            finally:
-                try:
-                    await conn.execute(TICK_UNLOCK_SQL)
-                    await conn.commit()
-                except asyncio.CancelledError:
-                    await conn.invalidate()  # the session ends, and its lock with it
-                    raise
-                except Exception:  # a statement above failed or was cancelled mid-way: the
-                    await conn.invalidate()  # session ends (its lock too); that error stands
+            due = await term_stats.due_orgs(conn, self.orgs)
+            await conn.commit()
+            now = self.clock()
+            ready = [o for o in due if self._next_allowed.get(o, now) <= now]
+            done = await term_stats.recount(engine, ready, arm_wait_s=ARM_WAIT_S, clock=self.clock)
+            for org_id, r in done.items():
+                gap = self.interval_s if r.error else max(self.interval_s, GAP_FACTOR * r.seconds)
+                self._next_allowed[org_id] = self.clock() + gap
+            return done
 
     async def run(self) -> None:
         """Tick every ``interval_s`` seconds until cancelled (:func:`run_every`), logging what
