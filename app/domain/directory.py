@@ -290,7 +290,7 @@ async def list_keys(
 
 KEYS_FOR_OTHERS = (
     "An admin key mints keys for its own user only: a key for another user would read and write"
-    " as them, their private memories included. Their own key mints it, or the operator:"
+    " as them, their private memories included. The operator mints it:"
     " sibyl-pg keys create --user USER_ID"
 )
 KEY_WIDER_THAN_CALLER = "A key cannot mint a key with more scopes than its own ({scopes})"
