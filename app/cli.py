@@ -19,7 +19,7 @@ from sqlalchemy import text
 from app.bench.cli import bench_cli
 from app.cli_admin import register as register_admin_commands
 from app.cli_progress import console, port_in_use, progress, step
-from app.core.db import database_url, make_engine
+from app.core.db import DATABASE_HINT, database_url, make_engine
 from app.core.errors import DomainError, causes
 from app.core.settings import get_settings
 
@@ -659,14 +659,18 @@ def main() -> None:
                 " session is done (pg_stat_activity shows it), or raise the timeout.\n"
             )
             raise SystemExit(2) from None
+        from app.domain.session import schema_missing
+
+        if schema_missing(error):
+            sys.stderr.write(
+                "sibyl-pg: this database has no sibyl-pg tables, or older ones: run"
+                " `sibyl-pg migrate` (DATABASE_URL names the database)\n"
+            )
+            raise SystemExit(2) from None
         reason = _database_fault(error)
         if reason is None:
             raise
-        sys.stderr.write(
-            f"sibyl-pg: cannot use the database: {reason}\n"
-            "  Check DATABASE_URL: the server must be running and the database must exist"
-            " (createdb NAME); without DATABASE_URL, `make run` starts an embedded PostgreSQL.\n"
-        )
+        sys.stderr.write(f"sibyl-pg: cannot use the database: {reason}\n{DATABASE_HINT}\n")
         raise SystemExit(2) from None
 
 

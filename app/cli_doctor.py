@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pydantic
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from app.core.db import make_engine
+from app.core.db import DATABASE_HINT, make_engine
 from app.domain.doctor import DoctorReport, doctor_for_operator
 
 EXIT_OK = 0
@@ -59,8 +60,10 @@ def run_doctor(*, as_json: bool = False) -> None:
 
     try:
         report = asyncio.run(go())
+    except pydantic.ValidationError:
+        raise  # a bad setting (DATABASE_URL included): one line each, app.cli.main
     except (OSError, ConnectionError) as exc:
-        typer.echo(f"error: cannot reach the database: {exc}", err=True)
+        typer.echo(f"error: cannot reach the database: {exc}\n{DATABASE_HINT}", err=True)
         raise typer.Exit(EXIT_UNREACHABLE) from None
     except Exception as exc:  # a refused login, a missing database: say so, no stack trace
         reason = getattr(exc, "orig", None) or exc  # the driver's message, not SQLAlchemy's

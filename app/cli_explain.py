@@ -13,8 +13,8 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
-from app.core.db import make_engine
-from app.core.errors import DomainError
+from app.core.db import DATABASE_HINT, make_engine
+from app.core.errors import DomainError, Unavailable
 from app.core.settings import get_settings
 from app.domain.explain import ExplainReport, PlanFormat, explain_for_user, render_text
 
@@ -64,7 +64,14 @@ def run_explain(
     try:
         report = asyncio.run(go())
     except ValidationError as exc:
-        raise _fail(f"not a valid {verb} request:\n{exc}") from None
+        if exc.title == "Settings":
+            raise  # a bad setting (DATABASE_URL included): one line each, app.cli.main
+        said = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
+        )
+        raise _fail(f"not a valid {verb} request: {said}") from None
+    except Unavailable as exc:  # the database could not be used: as every other command says it
+        raise _fail(f"{exc.detail}\n{DATABASE_HINT}") from None
     except DomainError as exc:
         raise _fail(exc.detail, 1) from None
     if psql:

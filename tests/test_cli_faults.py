@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from app.core.db import with_database
+from tests.builders import throwaway_database
 
 
 def _cli(
@@ -74,9 +75,20 @@ def test_a_setting_set_but_empty_takes_its_default(database_url: str) -> None:
         ("not-a-url", "must be a postgresql:// URL"),
         ("mysql://x@y/z", "must be a postgresql:// URL"),
         ("postgresql://u:s3cret-pw@localhost:abc/db", "port that is not a number"),
+        ("postgresql://u:s3cret-pw@localhost:99999/db", "port that is not a number"),
+        ("postgresql://u:s3cret-pw@localhost/db?options=-cwork_mem%3D1MB", "(options)"),
     ],
 )
-@pytest.mark.parametrize("args", [("keys", "list"), ("migrate",), ("serve", "--port", "1")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("keys", "list"),
+        ("migrate",),
+        ("serve", "--port", "1"),
+        ("doctor",),
+        ("explain", "search", '{"query": "x"}', "--user", "u"),
+    ],
+)
 def test_a_malformed_database_url_is_one_line_not_a_traceback(url: str, says: str, args) -> None:
     """``DATABASE_URL=not-a-url`` ended most commands with a traceback (exit 1, ``serve`` 3) where
     an unreachable server got one line and exit 2 (a new-user trial, 2026-12-01); the line never
@@ -86,3 +98,22 @@ def test_a_malformed_database_url_is_one_line_not_a_traceback(url: str, says: st
     assert done.stderr.startswith("sibyl-pg: DATABASE_URL: ") and says in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
     assert "s3cret-pw" not in done.stderr + done.stdout
+
+
+def test_libpq_sslmode_in_the_url_is_understood(database_url: str) -> None:
+    """``?sslmode=require`` is the usual form of a hosted PostgreSQL's URL; asyncpg takes no
+    ``sslmode`` keyword, so it was a 112-line traceback (a breaker's trial). It is passed as
+    asyncpg's ``ssl``: ``disable`` connects to this (plain) server, ``require`` is refused by it
+    in one line."""
+    plain = _cli(database_url + "?sslmode=disable", "keys", "list")
+    assert plain.returncode == 0, plain.stderr
+    tls = _cli(database_url + "?sslmode=require", "keys", "list")
+    assert tls.returncode == 2 and "Traceback" not in tls.stderr, tls.stderr
+    assert tls.stderr.startswith("sibyl-pg: cannot use the database: ")
+
+
+def test_a_database_without_the_schema_says_to_migrate(database_url: str) -> None:
+    with throwaway_database(database_url, "sibyl_unmigrated") as url:
+        done = _cli(url, "keys", "list")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "run `sibyl-pg migrate`" in done.stderr and len(done.stderr.splitlines()) == 1

@@ -11,14 +11,20 @@ import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from app.core import settings as settings_module
 from app.core.embedded import embedded_url
 from app.core.settings import Settings, get_settings
 
+DATABASE_HINT = (
+    "  Check DATABASE_URL: the server must be running and the database must exist"
+    " (createdb NAME); without DATABASE_URL, `make run` starts an embedded PostgreSQL."
+)
+"""The second line of every CLI message saying the database could not be used."""
 CONNECT_TIMEOUT_S = 5.0
 """The longest opening a connection may take (an unreachable or frozen server: a 503)."""
 COMMAND_TIMEOUT_MARGIN_S = 2.0
@@ -33,13 +39,28 @@ def database_url(settings: Settings | None = None) -> str:
     return embedded_url(s.data_dir / "pg")
 
 
+URL_PARAMETERS = settings_module.URL_PARAMETERS
+"""The query parameters of a ``DATABASE_URL`` the service passes on to the driver (asyncpg): a
+socket ``host``, TLS (libpq's ``sslmode``, asyncpg's ``ssl``: ``disable`` .. ``verify-full``), a
+``passfile``, ``target_session_attrs``. Any other is refused when the settings are read (asyncpg
+takes no ``options`` or ``application_name`` keyword: it was a traceback at the first query)."""
+
+
 def async_url(url: str) -> str:
-    """Turn a ``postgresql://`` (or ``postgres://``) URL into SQLAlchemy's asyncpg form."""
+    """Turn a ``postgresql://`` (or ``postgres://``) URL into SQLAlchemy's asyncpg form; libpq's
+    ``sslmode=`` is passed as asyncpg's ``ssl=`` (same values: ``sslmode=require`` is the usual
+    form of a hosted PostgreSQL's URL)."""
     parts = urlsplit(url)
     scheme = parts.scheme.split("+", 1)[0]
     if scheme not in ("postgresql", "postgres"):
         raise ValueError("DATABASE_URL must be a postgresql:// URL")
-    return urlunsplit(("postgresql+asyncpg", *parts[1:]))
+    query = urlencode(
+        [
+            ("ssl" if k == "sslmode" else k, v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        ]
+    )
+    return urlunsplit(("postgresql+asyncpg", parts.netloc, parts.path, query, parts.fragment))
 
 
 def with_database(url: str, dbname: str) -> str:

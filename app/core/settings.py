@@ -44,12 +44,16 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+# The query parameters of a DATABASE_URL passed on to the driver (app.core.db.URL_PARAMETERS,
+# which imports this module: kept here so settings import nothing of the service).
+URL_PARAMETERS = frozenset({"host", "port", "sslmode", "ssl", "passfile", "target_session_attrs"})
 
 
 class Settings(BaseSettings):
@@ -78,7 +82,13 @@ class Settings(BaseSettings):
         try:
             parts.port  # noqa: B018 (reading it checks it: a port that is not a number raises)
         except ValueError:
-            raise ValueError("has a port that is not a number") from None
+            raise ValueError("has a port that is not a number (or out of range)") from None
+        unknown = sorted({k for k, _ in parse_qsl(parts.query)} - URL_PARAMETERS)
+        if unknown:
+            raise ValueError(
+                f"has query parameters the service does not pass on ({', '.join(unknown)});"
+                f" it takes {', '.join(sorted(URL_PARAMETERS))}"
+            )
         return value
 
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
