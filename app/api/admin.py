@@ -88,9 +88,9 @@ async def explain(
     ] = None,
 ) -> ExplainReport:
     """The exact SQL a request of ``verb`` (``expand``, ``slice``, ``search``) sends, the values
-    it binds, and the plan of each statement, read as the key's user: its shape (``EXPLAIN
-    (COSTS OFF)``, `figures: "shape"`), since PostgreSQL counts, times and estimates a plan's
-    rows over every org of the database; ``EXPLAIN (ANALYZE, BUFFERS)`` where the operator set
+    it binds and a psql script per statement, read as the key's user. No plan (`figures:
+    "none"`, `plan: null`): PostgreSQL counts, times, estimates and chooses a plan's nodes from
+    every org's rows in the database; ``EXPLAIN (ANALYZE, BUFFERS)`` where the operator set
     ``SIBYL_REST_EXPLAIN=measured`` (one org per database), and always from ``sibyl-pg explain``.
 
     The verb runs for real in a read-only transaction that is rolled back. Only ``admin`` keys

@@ -30,11 +30,11 @@ Every variable is optional; the defaults run the service on a fresh machine:
   gives up (default 10000 ms; 0: forever). A migration waiting behind a long query would
   otherwise queue every later query of that table behind it (PostgreSQL's lock queue); given up,
   nothing changed (each migration is transactional) and it can be run again.
-- ``SIBYL_REST_EXPLAIN``: what ``POST /api/admin/explain/{verb}`` shows an org admin: ``shape``
-  (default: each plan's nodes, without row counts, buffers, costs or times, which PostgreSQL
-  measures and estimates over the rows of every org in the database) or ``measured`` (the full
-  ``EXPLAIN (ANALYZE, BUFFERS)``: only where a database holds a single org). The CLI's
-  ``sibyl-pg explain`` always measures (the operator).
+- ``SIBYL_REST_EXPLAIN``: what ``POST /api/admin/explain/{verb}`` shows an org admin: ``sql``
+  (default: the statements, their bound values and psql scripts, no plan: PostgreSQL measures,
+  estimates and even chooses a plan's nodes from every org's rows in the database) or
+  ``measured`` (the full ``EXPLAIN (ANALYZE, BUFFERS)``: only where a database holds a single
+  org). The CLI's ``sibyl-pg explain`` always measures (the operator).
 - ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
   ``*``: any), the MCP transport's DNS-rebinding check.
 """
@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     communities_auto_max_links: int = Field(default=200_000, ge=0, le=100_000_000)
     migration_lock_timeout_ms: int = Field(default=10_000, ge=0, le=3_600_000)
     mcp_allowed_hosts: str = ""
-    rest_explain: Literal["shape", "measured"] = "shape"
+    rest_explain: Literal["sql", "measured"] = "sql"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     # connections of each pool: the service's, and REST expand's own one-statement pool
     # (app.core.db.statement_engine), so a server process holds up to 2 × pool_size

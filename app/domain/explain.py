@@ -101,7 +101,8 @@ class ExplainStatement(BaseModel):
     sql: str = Field(description="The exact text sent, with $n placeholders")
     parameters: list[ExplainParameter]
     plan: Any = Field(
-        description="EXPLAIN lines, or the FORMAT JSON document (see the report's `figures`)"
+        description="EXPLAIN lines, or the FORMAT JSON document; null when the report's "
+        "`figures` is `none`"
     )
     psql: str = Field(description="A psql script that replays the statement and its plan")
 
@@ -116,11 +117,11 @@ class ExplainReport(BaseModel):
         "parameter-blind plan a pooled connection may switch to after five executions"
     )
     outcome: str = Field(description="'ok', or the status and message the verb answered with")
-    figures: Literal["measured", "shape"] = Field(
+    figures: Literal["measured", "none"] = Field(
         default="measured",
-        description="measured: EXPLAIN (ANALYZE, BUFFERS); shape: EXPLAIN (COSTS OFF), the "
-        "plan's nodes without row counts, buffers, costs or times (over REST by default: "
-        "PostgreSQL measures and estimates those over every org's rows; SIBYL_REST_EXPLAIN)",
+        description="measured: each statement's EXPLAIN (ANALYZE, BUFFERS); none: no plan "
+        "(`plan` null; over REST by default: PostgreSQL measures, estimates and chooses a "
+        "plan's nodes from every org's rows; SIBYL_REST_EXPLAIN)",
     )
     statements: list[ExplainStatement]
 
@@ -154,7 +155,7 @@ async def explain(
     measured: bool = True,
 ) -> ExplainReport:
     """Run ``verb`` for ``body`` as ``reader`` on ``conn``, then explain every statement it sent
-    (``measured=False``: each plan's shape only, :func:`app.repo.explain.explain_statement`).
+    (``measured=False``: no plan, only the statements, values and psql scripts).
 
     ``conn`` must be inside a transaction the caller rolls back
     (:func:`app.repo.explain.rolled_back_read`). Raises pydantic's ``ValidationError`` for a body
@@ -174,7 +175,7 @@ async def explain(
             outcome = f"{error.status} {error.detail}"
     statements = list(captured)
     plans = [
-        await explain_repo.explain_statement(conn, stmt, fmt=fmt, mode=mode, measured=measured)
+        await explain_repo.explain_statement(conn, stmt, fmt=fmt, mode=mode, planned=measured)
         for stmt in statements
     ]
     return ExplainReport(
@@ -182,7 +183,7 @@ async def explain(
         format=fmt,
         plan_mode=mode,
         outcome=outcome,
-        figures="measured" if measured else "shape",
+        figures="measured" if measured else "none",
         statements=[_statement(p, mode) for p in plans],
     )
 
@@ -218,11 +219,13 @@ async def explain_for_key(
     raise the same ``NotFound("Not found")``: the route does not exist for anyone else.
     Database faults (including the statement timeout) raise ``Unavailable`` (503).
 
-    Plans show their shape only unless ``SIBYL_REST_EXPLAIN=measured``: PostgreSQL counts,
-    times and estimates a plan's rows over every org in the database (a full-text index holds
-    every org's rows; a small table is read whole), so an org admin watching a plan's figures
-    saw another org's memories come and go (a breaker's trial: ``rows=0`` became ``rows=37``
-    when another org wrote 37 memories holding the word). The operator's CLI always measures.
+    No plan unless ``SIBYL_REST_EXPLAIN=measured``: PostgreSQL counts, times and estimates a
+    plan's rows over every org in the database (a full-text index holds every org's rows; a
+    small table is read whole), so an org admin watching a plan saw another org's memories come
+    and go (a breaker's trial: ``rows=0`` became ``rows=37`` when another org wrote 37 memories
+    holding the word); and it chooses the plan's nodes from statistics of every org (a second
+    breaker: plans without figures changed their indexes when another org imported 20,000
+    memories). The operator's CLI always measures.
     """
     spec = _lookup(verb)
     s = settings or get_settings()
@@ -273,7 +276,6 @@ async def explain_for_user(
 
 
 _JSON_OPTION = {"text": "", "json": ", FORMAT JSON"}
-_FIGURES = {"measured": "ANALYZE, BUFFERS", "shape": "COSTS OFF"}
 
 
 def render_text(report: ExplainReport) -> str:
@@ -289,10 +291,10 @@ def render_text(report: ExplainReport) -> str:
         for p in stmt.parameters:
             value = json.dumps(p.value, default=str, ensure_ascii=False)
             out.append(f"--   ${p.position} {p.name or '?'} ({p.type}) = {value}")
-        out += [
-            "",
-            f"-- plan: EXPLAIN ({_FIGURES[report.figures]}{_JSON_OPTION[report.format]})",
-        ]
+        if stmt.plan is None:
+            out += ["", "-- plan: not shown (SIBYL_REST_EXPLAIN; the operator's CLI shows it)"]
+            continue
+        out += ["", f"-- plan: EXPLAIN (ANALYZE, BUFFERS{_JSON_OPTION[report.format]})"]
         if isinstance(stmt.plan, list) and all(isinstance(line, str) for line in stmt.plan):
             out += stmt.plan
         else:

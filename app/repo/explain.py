@@ -164,8 +164,6 @@ async def _release(conn: AsyncConnection, names: Sequence[str]) -> None:
 
 
 _EXPLAIN_OPTIONS = {"text": "ANALYZE, BUFFERS", "json": "ANALYZE, BUFFERS, FORMAT JSON"}
-# The plan's shape alone: nodes, relations, indexes and conditions, no figure (nothing run).
-_SHAPE_OPTIONS = {"text": "COSTS OFF", "json": "COSTS OFF, FORMAT JSON"}
 
 _TYPES_SQL = """/* sibyl:explain.types */
 SELECT coalesce(array_agg(format_type(t.oid, NULL) ORDER BY t.ord), CAST('{}' AS text[]))
@@ -218,20 +216,23 @@ async def explain_statement(
     *,
     fmt: PlanFormat = "text",
     mode: PlanMode = "custom",
-    measured: bool = True,
+    planned: bool = True,
 ) -> StatementPlan:
     """``EXPLAIN (ANALYZE, BUFFERS[, FORMAT JSON])`` of ``statement`` with its captured values
-    (``measured=False``: ``EXPLAIN (COSTS OFF[, FORMAT JSON])``, the plan's shape only, not run).
+    (``planned=False``: no plan at all, ``plan`` None: only its parameter types and literals).
 
     ``mode="custom"`` plans with the values known (what the service gets on its first executions),
     ``mode="generic"`` the parameter-blind plan a long-lived connection may switch to. Runs the
     statement again: call it inside :func:`rolled_back_read`. Database errors (including the
     statement timeout) propagate as SQLAlchemy errors.
     """
-    options = (_EXPLAIN_OPTIONS if measured else _SHAPE_OPTIONS)[fmt]
+    options = _EXPLAIN_OPTIONS[fmt]
     name, types = await _prepare(conn, statement.sql)
     # On an error the transaction is aborted: rolled_back_read releases ``name`` after rollback.
     literals = await _literals(conn, statement.parameters, types)
+    if not planned:
+        await _deallocate(conn, name)
+        return StatementPlan(statement, types, literals, None)
     if mode == "custom":
         sql = f"EXPLAIN ({options}) {statement.sql}"
         rows = (await conn.exec_driver_sql(sql, statement.parameters)).all()
