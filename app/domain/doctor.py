@@ -78,9 +78,11 @@ class DoctorReport(BaseModel):
 
     status: Status
     server_version: str
-    detail: Literal["operator", "org_admin"] = Field(
-        description="operator: sizes and row counts included; org_admin: settings and health "
-        "only (no counts over other orgs' rows)"
+    view: Literal["operator", "org_admin"] = Field(
+        description="operator: every check, sizes and row counts included; org_admin: the "
+        "server's settings, the schema and the org's own search statistics only (nothing "
+        "measured over the tables every org shares: their visibility, statistics, sizes and "
+        "temporary files move with other orgs' writes)"
     )
     checks: list[Check]
 
@@ -676,17 +678,24 @@ def check_search_statistics(f: Facts, *, detail: bool) -> Check:
 
 
 def judge(f: Facts, *, detail: bool) -> DoctorReport:
-    """Every check over ``f``; ``detail`` False leaves out sizes and row counts (org admins)."""
+    """Every check over ``f``; ``detail`` False (org admins) leaves out sizes and row counts,
+    and the checks measured over the tables every org shares (visibility, statistics, memory,
+    work_mem: a breaker watched an org admin's visibility ratios move with another org's
+    import), whose status alone tells of other orgs' writes."""
+    shared = [
+        check_visibility(f, detail=detail),
+        check_statistics(f, detail=detail),
+        check_memory(f, detail=detail),
+        check_work_mem(f, detail=detail),
+    ]
     checks = [
         check_version(f),
         check_migrations(f),
         check_autovacuum(f),
-        check_visibility(f, detail=detail),
-        check_statistics(f, detail=detail),
+        *(shared[:2] if detail else []),
         check_search_statistics(f, detail=detail),
         check_indexes(f),
-        check_memory(f, detail=detail),
-        check_work_mem(f, detail=detail),
+        *(shared[2:] if detail else []),
         check_jit(f),
         check_pg_stat_statements(f),
         check_auto_explain(f),
@@ -695,7 +704,7 @@ def judge(f: Facts, *, detail: bool) -> DoctorReport:
     return DoctorReport(
         status=worst,
         server_version=f.version.text.split(" on ")[0],
-        detail="operator" if detail else "org_admin",
+        view="operator" if detail else "org_admin",
         checks=checks,
     )
 
