@@ -288,7 +288,9 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
                 for attempt in range(1, REBUILD_ATTEMPTS + 1):
                     try:
                         async with write_tx(engine) as conn:
-                            out.append(await rebuild(conn, org_id=org_id))
+                            # the last try holds retiring writes back: it cannot be overtaken
+                            last = attempt == REBUILD_ATTEMPTS
+                            out.append(await rebuild(conn, org_id=org_id, hold_writes=last))
                         break
                     except (sa_exc.IntegrityError, CommunitiesChanged):
                         # a write changed the org while the rebuild read it (it replaced

@@ -136,6 +136,13 @@ async def call(
     return await client.request(method, path, headers=headers, **kw)
 
 
+LOCK_WAITERS = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+)
+"""Sessions of the test database waiting on a lock (a write held back by another's lock)."""
+
+
 def bob_note(t: Team, id_: str, content: str, **placement: Any) -> dict[str, Any]:
     """The import record of a note of bob's in ``t`` named ``id_``, placed by ``placement``
     (``project``, ``scope``)."""

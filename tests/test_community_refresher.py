@@ -7,6 +7,8 @@ recorded orgs; a rebuild never stores communities a concurrent write made stale.
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core.db import write_tx
 from app.domain import communities
 from app.domain.community_refresher import CommunityRefresher
-from tests.team import Team, bob_note, call, scalar
+from tests.team import LOCK_WAITERS, Team, bob_note, call, scalar
 
 RECORDS = "SELECT count(*) FROM community_retirements WHERE org_id = :o"
 COMMUNITIES = "SELECT count(*) FROM communities WHERE org_id = :o"
@@ -152,3 +154,45 @@ async def test_a_freshly_imported_org_is_due_its_first_communities(engine):
     finally:
         await refresher.close()
     assert done[t.org].status == "rebuilt" and done[t.org].communities == 1
+
+
+async def test_an_org_whose_writes_never_leave_a_gap_gets_a_rebuild_that_holds_them(
+    engine, client, monkeypatch
+):
+    """A breaker's trial: under 20 writes a second every rebuild was overtaken and the touched
+    communities stayed retired while the writes went on. After OVERTAKEN_LIMIT overtaken
+    rebuilds (quick ones), the next holds the writes that would retire communities back: a
+    write during it waits, the rebuild stores its communities, then the write retires what it
+    touches among them (and records the org again)."""
+    from app.domain import community_refresher
+
+    t, _, bob = await _world(engine)
+    edge = {"src": "ca", "relationship": "RELATED_TO", "dst": "cb"}
+    assert (await call(client, "POST", "/api/edges", bob, json=edge)).status_code == 201
+    loop = asyncio.get_running_loop()
+    writes: list[Any] = []
+    real = communities.detect
+
+    def detect_while_writing(memories, links):  # type: ignore[no-untyped-def]
+        body = {"content": f"[[ca]] {len(writes)}"}
+        edit = call(client, "PATCH", "/api/entities/cx", bob, json=body)
+        writes.append(asyncio.run_coroutine_threadsafe(edit, loop))
+        for _ in range(300):  # until the write is done (not held back) or waits on a lock
+            held = asyncio.run_coroutine_threadsafe(scalar(engine, LOCK_WAITERS), loop).result(30)
+            if writes[-1].done() or held:
+                break
+            time.sleep(0.02)
+        return real(memories, links)
+
+    monkeypatch.setattr(communities, "detect", detect_while_writing)
+    refresher = _refresher(engine, t.org)
+    refresher._overtaken[t.org] = community_refresher.OVERTAKEN_LIMIT  # as after 3 overtaken
+    try:
+        done = await refresher.tick()
+    finally:
+        await refresher.close()
+    answers = [await asyncio.wrap_future(w) for w in writes]
+    assert done[t.org].status == "rebuilt"
+    assert [a.status_code for a in answers] == [200]  # it waited for the rebuild, then wrote
+    assert t.org not in refresher._overtaken
+    assert await scalar(engine, RECORDS, o=t.org) >= 1  # the write retired what it touched

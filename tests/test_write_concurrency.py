@@ -18,7 +18,7 @@ import pytest
 from app.api.app import create_app
 from app.core.db import make_engine
 from app.core.settings import PROJECT_ROOT
-from tests.team import Team, call, scalar
+from tests.team import LOCK_WAITERS, Team, call, scalar
 
 # One writer process: the verb REST's POST /api/edges runs (same transaction, same mapping of
 # errors), without importing the web stack, so the two processes start quickly. An unexpected
@@ -357,9 +357,8 @@ async def test_a_link_written_while_its_target_is_deleted_stays_pending(engine, 
         tx = await conn.begin()
         await entity_repo.delete_entity(conn, org_id=t.org, entity_id="tgt")  # row lock held
         task = asyncio.ensure_future(write)
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         for _ in range(200):  # until the write waits for the delete's row lock
-            if await scalar(engine, waiting) or task.done():
+            if await scalar(engine, LOCK_WAITERS) or task.done():
                 break
             await asyncio.sleep(0.05)
         await tx.commit()
@@ -388,9 +387,8 @@ async def test_deleting_a_memory_while_a_memory_linking_to_it_is_deleted(engine,
         tx = await conn.begin()
         await entity_repo.delete_entity(conn, org_id=t.org, entity_id="a")  # row lock held
         task = asyncio.ensure_future(call(client, "DELETE", "/api/entities/b", ann))
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         for _ in range(200):  # until b's delete waits for a's row
-            if await scalar(engine, waiting) or task.done():
+            if await scalar(engine, LOCK_WAITERS) or task.done():
                 break
             await asyncio.sleep(0.05)
         await tx.commit()

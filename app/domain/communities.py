@@ -208,7 +208,9 @@ class CommunitiesChanged(Exception):
     rebuild replaced nothing (the org stays due; run it again)."""
 
 
-async def rebuild(conn: AsyncConnection, *, org_id: str) -> RebuildSummary:
+async def rebuild(
+    conn: AsyncConnection, *, org_id: str, hold_writes: bool = False
+) -> RebuildSummary:
     """Recompute and replace every community of ``org_id`` in the caller's transaction (READ
     COMMITTED, as :func:`app.core.db.write_tx`).
 
@@ -218,8 +220,14 @@ async def rebuild(conn: AsyncConnection, *, org_id: str) -> RebuildSummary:
     it began: then it raises :class:`CommunitiesChanged` and the caller rolls back (a write's
     change may be missing from what was read). On success the records it saw are deleted: the
     org is no longer due. An org without links (or an unknown org id) ends with no communities.
+
+    ``hold_writes``: take the lock first instead, so the writes that would retire communities
+    wait for the whole rebuild (it cannot be overtaken): for an org whose writes never leave a
+    rebuild a gap (a breaker's 20 writes a second kept its communities retired for as long).
     """
     started = time.perf_counter()
+    if hold_writes:
+        await repo.lock_org(conn, org_id=org_id)
     seen = await repo.retirements(conn, org_id=org_id)
     memories = await repo.memories(conn, org_id=org_id)
     links = await repo.links(conn, org_id=org_id)

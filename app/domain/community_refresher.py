@@ -41,6 +41,12 @@ log = logging.getLogger("sibyl_pg.communities")
 
 GAP_FACTOR = 10.0
 """An org is rebuilt at most once per this many times its last rebuild's duration."""
+OVERTAKEN_LIMIT = 3
+"""After this many rebuilds of an org in a row overtaken by writes, the next one holds the
+writes that would retire communities back while it runs (when it is quick enough)."""
+HOLD_WRITES_MAX_S = 1.0
+"""The longest an overtaken rebuild may have taken for the next one to hold writes back: they
+wait for it (the service's statement timeout is 2 s by default)."""
 
 TICK_LOCK_SQL = text(
     """/* sibyl:communities.refresher_lock */
@@ -85,6 +91,7 @@ class CommunityRefresher(refresher.OwnEngine):
         self.orgs = None if orgs is None else set(orgs)
         self.clock = clock
         self._next_allowed: dict[str, float] = {}
+        self._overtaken: dict[str, int] = {}
         self._told_too_big: set[str] = set()
 
     async def tick(self) -> dict[str, Outcome]:
@@ -112,17 +119,26 @@ class CommunityRefresher(refresher.OwnEngine):
             return done
 
     async def _rebuild(self, engine: AsyncEngine, org_id: str) -> Outcome:
+        """Rebuild ``org_id``; after :data:`OVERTAKEN_LIMIT` overtaken rebuilds in a row that
+        took at most :data:`HOLD_WRITES_MAX_S`, hold its retiring writes back meanwhile (a
+        breaker: under 20 writes a second every rebuild was overtaken, for as long as they ran)."""
         started = self.clock()
+        overtaken = self._overtaken.get(org_id, 0)
+        hold = overtaken >= OVERTAKEN_LIMIT
         try:
             async with write_tx(engine) as conn:
-                summary = await rebuild(conn, org_id=org_id)
+                summary = await rebuild(conn, org_id=org_id, hold_writes=hold)
         except CommunitiesChanged:
-            outcome = Outcome("changed", seconds=self.clock() - started)
+            seconds = self.clock() - started
+            quick = seconds <= HOLD_WRITES_MAX_S
+            self._overtaken[org_id] = overtaken + 1 if quick else 0
+            outcome = Outcome("changed", seconds=seconds)
         except Exception as exc:  # one org's failure must not hold the others back
             if cancelling():
                 raise
             outcome = Outcome("failed", error=refresher.exc_line(exc))
         else:
+            self._overtaken.pop(org_id, None)
             outcome = Outcome("rebuilt", communities=summary.count, seconds=summary.seconds)
         gap = max(self.interval_s, GAP_FACTOR * outcome.seconds)
         self._next_allowed[org_id] = self.clock() + gap
