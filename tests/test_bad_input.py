@@ -204,3 +204,26 @@ async def test_slice_reports_the_bounds_it_applied(client, key, sent, applied):
     )
     assert r.status_code == 200, r.text
     assert (r.json()["window"], r.json()["content_max_chars"]) == applied
+
+
+@pytest.mark.parametrize(
+    ("content", "keyed", "status", "says"),
+    [
+        (b'{"query": "\xff"}', False, 400, "There was an error parsing the body"),
+        (b'{"query": "\xff"}', True, 400, "There was an error parsing the body"),
+        (b"[" * 100_000 + b"]" * 100_000, False, 400, "There was an error parsing the body"),
+        (b"\xff\xfe", False, 401, "Missing API key"),
+        (b"\xff\xfe", True, 422, "JSON decode error"),
+        (b"{oops", True, 422, "JSON decode error"),
+    ],
+)
+async def test_unparseable_bodies_answer_as_the_readme_says(
+    client, key, content, keyed, status, says
+):
+    # README "Errors" (a new-user trial found it said 400 for every body that is not JSON)
+    headers = {
+        "Content-Type": "application/json",
+        **({"Authorization": f"Bearer {key}"} if keyed else {}),
+    }
+    r = await client.post("/api/search", content=content, headers=headers)
+    assert r.status_code == status and says in r.text, r.text
