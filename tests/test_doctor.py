@@ -248,6 +248,7 @@ async def test_rest_doctor_is_for_org_admin_keys_only(engine, client, database_u
     # nothing measured over the tables every org shares: its status moves with other orgs'
     # writes (a breaker watched the visibility ratios follow another org's import)
     assert not names & {"visibility", "statistics", "memory", "work_mem"}
+    assert "Visibility now" not in r.text  # nor in the autovacuum advice (a breaker read it)
     # settings and health, but nothing that counts rows of the shared tables (other orgs')
     assert _numbers_named(body) == []
     assert "bytes" not in r.text and "estimated_rows" not in r.text

@@ -241,8 +241,10 @@ def _walk_visibility(f: Facts) -> str:
     return ", ".join(parts) if parts else "all the walk's tables are empty"
 
 
-def check_autovacuum(f: Facts) -> Check:
-    """autovacuum (and track_counts, which it needs) on, and not disabled on a walk table."""
+def check_autovacuum(f: Facts, *, detail: bool = True) -> Check:
+    """autovacuum (and track_counts, which it needs) on, and not disabled on a walk table.
+    ``detail`` False (org admins): no per-table visibility in the advice (it follows every
+    org's writes; a breaker read another org's import in it)."""
     on = f.settings["autovacuum"].shown == "on"
     counts = f.settings["track_counts"].shown == "on"
     disabled = [t.table_name for t in f.tables if t.autovacuum_disabled]
@@ -253,8 +255,8 @@ def check_autovacuum(f: Facts) -> Check:
         "ix_entities_read, ix_passages_parent) skip the heap only for pages the visibility map "
         "marks all-visible, and only VACUUM marks them: every page written since the last "
         "VACUUM costs the walk a heap fetch per row (`Heap Fetches` in `sibyl-pg explain`), "
-        "and without ANALYZE the planner plans from stale row estimates. Visibility now: "
-        f"{_walk_visibility(f)}."
+        "and without ANALYZE the planner plans from stale row estimates."
+        + (f" Visibility now: {_walk_visibility(f)}." if detail else "")
     )
     if not on or not counts:
         what = "autovacuum is off" if on is False else "track_counts is off (autovacuum idles)"
@@ -691,7 +693,7 @@ def judge(f: Facts, *, detail: bool) -> DoctorReport:
     checks = [
         check_version(f),
         check_migrations(f),
-        check_autovacuum(f),
+        check_autovacuum(f, detail=detail),
         *(shared[:2] if detail else []),
         check_search_statistics(f, detail=detail),
         check_indexes(f),
