@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.domain import spans, write_rules
 from app.importers import ndjson
 from app.mcp.server import build_mcp, fixed_key
+from tests.builders import import_dicts
 from tests.team import Team, call, scalar
 
 DOORS = ["rest", "mcp", "import"]
@@ -345,3 +346,36 @@ async def test_a_link_written_while_its_target_is_being_created_is_settled(engin
     assert await scalar(engine, pending, o=t.org) == 0
     mentions = "SELECT string_agg(src_id || '>' || dst_id, ' ') FROM mentions WHERE org_id = :o"
     assert await scalar(engine, mentions, o=t.org) == "race_s>race_t"
+
+
+@pytest.mark.parametrize("in_body", [True, False])
+async def test_a_body_link_under_an_explicit_mention_waits_again_when_its_target_goes(
+    engine, client, in_body
+):
+    """A breaker's trial: ``det_s`` saying ``[[det_t]]`` and an imported explicit mention
+    det_s -> det_t (it takes over the derived one: ``derived = false``); deleting det_t left no
+    pending link, so re-creating it never linked det_s again (the body still says so). Now the
+    body is read: the link waits again and comes back. The pair: an explicit mention whose
+    source's body does not link the target leaves nothing pending (it was no body link)."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    note = {"type": "note", "name": "t", "project": "p1"}
+    created = await call(client, "POST", "/api/entities", ann, json={"id": "det_t", **note})
+    assert created.status_code == 201
+    content = "see [[det_t]]" if in_body else "no link here"
+    source = {"kind": "entity", "org": t.org, "id": "det_s", "type": "note", "name": "s"}
+    await import_dicts(
+        engine,
+        [
+            {**source, "content": content, "project": "p1", "owner": t.u("ann")},
+            {"kind": "mention", "org": t.org, "src": "det_s", "dst": "det_t"},
+        ],
+    )
+    pending = "SELECT count(*) FROM pending_links WHERE org_id = :o AND src_id = 'det_s'"
+    mention = "SELECT count(*) FROM mentions WHERE org_id = :o AND src_id = 'det_s'"
+    assert await scalar(engine, mention, o=t.org) == 1
+    assert (await call(client, "DELETE", "/api/entities/det_t", ann)).status_code == 204
+    assert await scalar(engine, pending, o=t.org) == (1 if in_body else 0)
+    created = await call(client, "POST", "/api/entities", ann, json={"id": "det_t", **note})
+    assert created.status_code == 201
+    assert await scalar(engine, mention, o=t.org) == (1 if in_body else 0)

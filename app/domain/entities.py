@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
 from app.domain import permissions, write_rules
-from app.domain.memories import EntityData, save_entity
+from app.domain.memories import EntityData, links, save_entity
 from app.domain.reader import Reader
 from app.domain.validation import ID_RE, clean_text, stored_relationship
 from app.domain.write_schemas import EdgeIn, EdgeOut, EntityCreate, EntityOut, EntityPatch
@@ -275,7 +275,16 @@ async def delete_entity(
         scope=target.scope,
         project_id=target.project_id,
     )
-    await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id)
+    # a body link under an explicit (imported) mention of the same pair waits again too: the
+    # mention row no longer says that the body links it (a breaker lost such a link for good)
+    linked = [
+        source
+        for source, body in await repo.explicit_sources(
+            conn, org_id=reader.org_id, entity_id=target.id
+        )
+        if target.id in links(body)
+    ]
+    await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id, also_pending=linked)
 
 
 async def _edge_targets(

@@ -6,6 +6,7 @@ Inserting a memory and its passages is :mod:`app.repo.writes` (shared with the i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -162,11 +163,49 @@ async def lock_new_id(conn: AsyncConnection, *, org_id: str, entity_id: str) -> 
     ).first() is not None
 
 
-async def delete_entity(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
+# The memories holding an explicit (imported) mention of a memory about to be deleted, with
+# their bodies, locked FOR KEY SHARE like sibyl:entity.delete_repend's sources: an explicit
+# mention takes over a derived one (derived = false), so whether the body links it too is read
+# from the body itself (app.domain.entities.delete_entity).
+EXPLICIT_SOURCES_SQL = text(
+    """/* sibyl:entity.delete_explicit_sources */
+SELECT s.id, s.content FROM entities s
+WHERE s.org_id = :org_id AND s.id <> :id
+  AND s.id IN (SELECT m.src_id FROM mentions m
+               WHERE m.org_id = :org_id AND m.dst_id = :id AND NOT m.derived)
+ORDER BY s.id
+FOR KEY SHARE"""
+)
+
+PEND_SQL = text(
+    """/* sibyl:entity.delete_pend */
+INSERT INTO pending_links (org_id, src_id, dst_id)
+SELECT :org_id, s, :id FROM unnest(CAST(:sources AS text[])) AS s
+ON CONFLICT DO NOTHING"""
+)
+
+
+async def explicit_sources(
+    conn: AsyncConnection, *, org_id: str, entity_id: str
+) -> list[tuple[str, str]]:
+    """(id, body) of the memories with an explicit mention of ``entity_id``, locked FOR KEY
+    SHARE (:data:`EXPLICIT_SOURCES_SQL`)."""
+    rows = await conn.execute(EXPLICIT_SOURCES_SQL, {"org_id": org_id, "id": entity_id})
+    return [(r.id, r.content) for r in rows]
+
+
+async def delete_entity(
+    conn: AsyncConnection, *, org_id: str, entity_id: str, also_pending: Sequence[str] = ()
+) -> bool:
     """Delete a memory; its passages, mentions, edges, grants and community memberships go with
     it (foreign keys ``ON DELETE CASCADE``), and the links to it derived from other memories'
-    bodies turn back into pending links. True when a row was deleted."""
+    bodies turn back into pending links, as do those of ``also_pending`` (sources locked by
+    :func:`explicit_sources` whose body links it under an explicit mention). True when a row
+    was deleted."""
     await conn.execute(REPEND_LINKS_SQL, {"org_id": org_id, "id": entity_id})
+    if also_pending:
+        params = {"org_id": org_id, "id": entity_id, "sources": list(also_pending)}
+        await conn.execute(PEND_SQL, params)
     result = await conn.execute(DELETE_ENTITY_SQL, {"org_id": org_id, "id": entity_id})
     return result.first() is not None
 
