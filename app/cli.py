@@ -19,8 +19,8 @@ from sqlalchemy import text
 from app.bench.cli import bench_cli
 from app.cli_admin import register as register_admin_commands
 from app.cli_progress import console, port_in_use, progress, step
-from app.core.db import DATABASE_HINT, database_url, make_engine
-from app.core.errors import DomainError, causes
+from app.core.db import DATABASE_HINT, database_refusal, database_url, make_engine
+from app.core.errors import DomainError, Unavailable, causes
 from app.core.settings import get_settings
 
 cli = typer.Typer(
@@ -91,7 +91,7 @@ def import_peps(
     """Import the Python PEP corpus (../shared/data/peps) as the org ``org_python``."""
     from app.importers import ndjson, peps
 
-    folder = directory or get_settings().peps_dir
+    folder = directory or get_settings().peps_dir  # a bad setting stops it here, not after parsing
     if not folder.is_dir():
         raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass DIR)")
     started = time.monotonic()
@@ -365,6 +365,8 @@ def mcp_stdio() -> None:
         raise _err(f"{KEY_VARIABLE} is not set (mint one: sibyl-pg keys create --user USER)", 2)
     try:
         asyncio.run(serve_stdio(key))
+    except Unavailable as exc:  # the database, not the key: said as every other command says it
+        raise _err(database_refusal(exc.detail), 2) from None
     except DomainError as exc:
         raise _err(f"{KEY_VARIABLE}: {exc.detail}", 2 if exc.status in (401, 403) else 1) from None
 
@@ -461,7 +463,7 @@ def eval_(
 
     from app.evaluation import runner
 
-    folder = directory or get_settings().peps_dir
+    folder = directory or get_settings().peps_dir  # a bad setting stops it here, not after parsing
     if not folder.is_dir():
         raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass --peps)")
     paths = [(p.stem, p) for p in questions] if questions else None

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from pydantic import ValidationError
 
-from app.core.db import DATABASE_HINT, make_engine
+from app.core.db import database_refusal, make_engine
 from app.core.errors import DomainError, Unavailable
 from app.core.settings import get_settings
 from app.domain.explain import ExplainReport, PlanFormat, explain_for_user, render_text
@@ -71,7 +71,7 @@ def run_explain(
         )
         raise _fail(f"not a valid {verb} request: {said}") from None
     except Unavailable as exc:  # the database could not be used: as every other command says it
-        raise _fail(f"{exc.detail}\n{DATABASE_HINT}") from None
+        raise _fail(database_refusal(exc.detail)) from None
     except DomainError as exc:
         raise _fail(exc.detail, 1) from None
     if psql:

@@ -25,6 +25,15 @@ DATABASE_HINT = (
     " (createdb NAME); without DATABASE_URL, `make run` starts an embedded PostgreSQL."
 )
 """The second line of every CLI message saying the database could not be used."""
+
+
+def database_refusal(detail: str) -> str:
+    """A CLI message for a service error saying the database could not be used: ``detail``,
+    then :data:`DATABASE_HINT`, except when the database answered but lacks the schema (the
+    message already says to migrate; the hint would send the user looking for a server)."""
+    return detail if "sibyl-pg migrate" in detail else f"{detail}\n{DATABASE_HINT}"
+
+
 CONNECT_TIMEOUT_S = 5.0
 """The longest opening a connection may take (an unreachable or frozen server: a 503)."""
 COMMAND_TIMEOUT_MARGIN_S = 2.0

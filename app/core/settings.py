@@ -54,6 +54,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # The query parameters of a DATABASE_URL passed on to the driver (app.core.db.URL_PARAMETERS,
 # which imports this module: kept here so settings import nothing of the service).
 URL_PARAMETERS = frozenset({"host", "port", "sslmode", "ssl", "passfile", "target_session_attrs"})
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 
 
 class Settings(BaseSettings):
@@ -83,7 +84,11 @@ class Settings(BaseSettings):
             parts.port  # noqa: B018 (reading it checks it: a port that is not a number raises)
         except ValueError:
             raise ValueError("has a port that is not a number (or out of range)") from None
-        unknown = sorted({k for k, _ in parse_qsl(parts.query)} - URL_PARAMETERS)
+        given = parse_qsl(parts.query, keep_blank_values=True)
+        for key, mode in given:
+            if key in ("sslmode", "ssl") and mode not in SSL_MODES:
+                raise ValueError(f"has {key}={mode!r}; it takes one of {', '.join(SSL_MODES)}")
+        unknown = sorted({k for k, _ in given} - URL_PARAMETERS)
         if unknown:
             raise ValueError(
                 f"has query parameters the service does not pass on ({', '.join(unknown)});"

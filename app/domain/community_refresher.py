@@ -42,11 +42,17 @@ log = logging.getLogger("sibyl_pg.communities")
 GAP_FACTOR = 10.0
 """An org is rebuilt at most once per this many times its last rebuild's duration."""
 OVERTAKEN_LIMIT = 3
-"""After this many rebuilds of an org in a row overtaken by writes, the next one holds the
-writes that would retire communities back while it runs (when it is quick enough)."""
+"""After this many rebuilds of an org in a row overtaken by writes (in this process), the next
+one holds the writes that would retire communities back while it runs (when it is quick)."""
+HOLD_AFTER_INTERVALS = 3
+"""The same once the org's oldest retirement record has waited this many intervals, whichever
+process tried before (a breaker: two servers taking turns were overtaken 5-6 times in a row)."""
 HOLD_WRITES_MAX_S = 1.0
-"""The longest an overtaken rebuild may have taken for the next one to hold writes back: they
-wait for it (the service's statement timeout is 2 s by default)."""
+"""The longest this process saw the org's last rebuild take for a rebuild to hold writes back:
+they wait for it (the service's statement timeout is 2 s by default)."""
+HOLD_WRITES_MAX_LINKS = 20_000
+"""Without such a measure, the largest org (edges + mentions) a rebuild holds writes back for
+(the PEP corpus: 1,713 links, about 0.5 s)."""
 
 TICK_LOCK_SQL = text(
     """/* sibyl:communities.refresher_lock */
@@ -92,6 +98,7 @@ class CommunityRefresher(refresher.OwnEngine):
         self.clock = clock
         self._next_allowed: dict[str, float] = {}
         self._overtaken: dict[str, int] = {}
+        self._last_seconds: dict[str, float] = {}
         self._told_too_big: set[str] = set()
 
     async def tick(self) -> dict[str, Outcome]:
@@ -103,9 +110,11 @@ class CommunityRefresher(refresher.OwnEngine):
         async with engine.connect() as conn, lock(conn, TICK_LOCK_SQL, TICK_UNLOCK_SQL) as held:
             if not held:
                 return {}
-            due = [o for o in await repo.due_orgs(conn) if self.orgs is None or o in self.orgs]
+            due = await repo.due_orgs(conn)
             now = self.clock()
-            for org_id in due:
+            for org_id, waited_s in due.items():
+                if self.orgs is not None and org_id not in self.orgs:
+                    continue
                 if self._next_allowed.get(org_id, now) > now:
                     continue
                 links = await repo.link_count(conn, org_id=org_id)
@@ -113,26 +122,38 @@ class CommunityRefresher(refresher.OwnEngine):
                 if links > self.max_links:
                     done[org_id] = Outcome("too_big")
                     continue
-                done[org_id] = await self._rebuild(engine, org_id)
+                done[org_id] = await self._rebuild(
+                    engine, org_id, self._holds(org_id, waited_s, links)
+                )
             if any(o.status == "rebuilt" for o in done.values()):
                 await repo.vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
             return done
 
-    async def _rebuild(self, engine: AsyncEngine, org_id: str) -> Outcome:
-        """Rebuild ``org_id``; after :data:`OVERTAKEN_LIMIT` overtaken rebuilds in a row that
-        took at most :data:`HOLD_WRITES_MAX_S`, hold its retiring writes back meanwhile (a
-        breaker: under 20 writes a second every rebuild was overtaken, for as long as they ran)."""
+    def _holds(self, org_id: str, waited_s: float, links: int) -> bool:
+        """Whether the next rebuild of ``org_id`` holds its retiring writes back: it was
+        overtaken :data:`OVERTAKEN_LIMIT` times in a row here, or its oldest retirement record
+        has waited :data:`HOLD_AFTER_INTERVALS` intervals; and it is quick (its last rebuild
+        here took at most :data:`HOLD_WRITES_MAX_S`, or, never measured here, it has at most
+        :data:`HOLD_WRITES_MAX_LINKS` links)."""
+        starved = (
+            self._overtaken.get(org_id, 0) >= OVERTAKEN_LIMIT
+            or waited_s >= HOLD_AFTER_INTERVALS * self.interval_s
+        )
+        last = self._last_seconds.get(org_id)
+        quick = last <= HOLD_WRITES_MAX_S if last is not None else links <= HOLD_WRITES_MAX_LINKS
+        return starved and quick
+
+    async def _rebuild(self, engine: AsyncEngine, org_id: str, hold: bool) -> Outcome:
+        """Rebuild ``org_id``, holding its retiring writes back when ``hold`` (:meth:`_holds`;
+        a breaker: under 20 writes a second every rebuild was overtaken, for as long as they
+        ran)."""
         started = self.clock()
-        overtaken = self._overtaken.get(org_id, 0)
-        hold = overtaken >= OVERTAKEN_LIMIT
         try:
             async with write_tx(engine) as conn:
                 summary = await rebuild(conn, org_id=org_id, hold_writes=hold)
         except CommunitiesChanged:
-            seconds = self.clock() - started
-            quick = seconds <= HOLD_WRITES_MAX_S
-            self._overtaken[org_id] = overtaken + 1 if quick else 0
-            outcome = Outcome("changed", seconds=seconds)
+            self._overtaken[org_id] = self._overtaken.get(org_id, 0) + 1
+            outcome = Outcome("changed", seconds=self.clock() - started)
         except Exception as exc:  # one org's failure must not hold the others back
             if cancelling():
                 raise
@@ -140,6 +161,8 @@ class CommunityRefresher(refresher.OwnEngine):
         else:
             self._overtaken.pop(org_id, None)
             outcome = Outcome("rebuilt", communities=summary.count, seconds=summary.seconds)
+        if outcome.status != "failed":
+            self._last_seconds[org_id] = outcome.seconds
         gap = max(self.interval_s, GAP_FACTOR * outcome.seconds)
         self._next_allowed[org_id] = self.clock() + gap
         return outcome

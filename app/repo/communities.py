@@ -178,7 +178,8 @@ DELETE FROM community_retirements WHERE org_id = :org AND seq = ANY(CAST(:seen A
 
 DUE_ORGS_SQL = text(
     """/* sibyl:communities.due_orgs */
-SELECT DISTINCT org_id FROM community_retirements ORDER BY org_id"""
+SELECT org_id, extract(epoch FROM clock_timestamp() - min(retired_at)) AS waited_s
+FROM community_retirements GROUP BY org_id ORDER BY org_id"""
 )
 
 LINK_COUNT_SQL = text(
@@ -352,9 +353,10 @@ async def clear_retirements(conn: AsyncConnection, *, org_id: str, seen: Sequenc
         await conn.execute(CLEAR_RETIREMENTS_SQL, {"org": org_id, "seen": list(seen)})
 
 
-async def due_orgs(conn: AsyncConnection) -> list[str]:
-    """The orgs with a retirement recorded since their last rebuild, by id."""
-    return [r.org_id for r in await conn.execute(DUE_ORGS_SQL)]
+async def due_orgs(conn: AsyncConnection) -> dict[str, float]:
+    """The orgs with a retirement recorded since their last rebuild, by id, each with how long
+    (seconds) its oldest such record has waited."""
+    return {r.org_id: float(r.waited_s) for r in await conn.execute(DUE_ORGS_SQL)}
 
 
 async def link_count(conn: AsyncConnection, *, org_id: str) -> int:
