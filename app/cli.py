@@ -328,9 +328,34 @@ def serve(
     url = database_url() if quiet else _database()
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
+    _warn_unless_ready(url)
     # No access log: a line per request cost more than a short walk (issue 15); errors still log.
     _service_log()
     uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=False)
+
+
+def _warn_unless_ready(url: str) -> None:
+    """One line on stderr when the service cannot serve from ``url`` yet (unreachable, or not
+    migrated): it serves anyway, since a database may come up or be migrated later, and
+    ``/readyz`` answers 503 until then (a breaker's server sat silent on a URL that never
+    worked)."""
+    from app.domain.session import NOT_READY_SCHEMA, readiness
+
+    async def ask() -> str | None:
+        engine = make_engine(url)
+        try:
+            return await readiness(engine)
+        finally:
+            await engine.dispose()
+
+    why = asyncio.run(ask())
+    if why is not None:
+        fix = "run `sibyl-pg migrate`" if why == NOT_READY_SCHEMA else DATABASE_HINT.strip()
+        typer.echo(
+            f"sibyl-pg: warning: {why}: serving anyway, /readyz answers 503 until it is"
+            f" fixed ({fix})",
+            err=True,
+        )
 
 
 class _UvicornStyle(logging.Formatter):

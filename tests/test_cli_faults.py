@@ -119,3 +119,35 @@ def test_a_database_without_the_schema_says_to_migrate(database_url: str) -> Non
         done = _cli(url, "keys", "list")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "run `sibyl-pg migrate`" in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_serve_says_at_start_why_it_is_not_ready(database_url: str) -> None:
+    """A breaker's server started on a database that could never serve (unmigrated, or
+    unreachable) and said nothing until killed; it still serves (/readyz answers 503 until the
+    database is fixed), but says why in one line first. The pair: a ready database, no line."""
+    import socket
+
+    def first_lines(url: str) -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = str(s.getsockname()[1])
+        env = {**os.environ, "DATABASE_URL": url}
+        args = [sys.executable, "-m", "app.cli", "serve", "--port", port]
+        proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            out = ""
+            assert proc.stderr is not None
+            for line in proc.stderr:  # until uvicorn says it started
+                out += line
+                if "Started server process" in line or "Uvicorn running" in line:
+                    break
+            return out
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+    with throwaway_database(database_url, "sibyl_unmigrated") as url:
+        said = first_lines(url)
+    assert "warning: database schema is not at the newest migration" in said
+    assert "run `sibyl-pg migrate`" in said
+    assert "warning" not in first_lines(database_url)

@@ -7,15 +7,19 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import documented
-from app.core.migrations import head_revision
 from app.domain.expand import expand_for_key
 from app.domain.reader import Reader
 from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
-from app.domain.session import require_key, run_read, run_snapshot, schema_missing
+from app.domain.session import (
+    NOT_READY_UNREACHABLE,
+    readiness,
+    require_key,
+    run_read,
+    run_snapshot,
+)
 from app.domain.slice import fetch_slice
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
@@ -53,28 +57,13 @@ async def healthz() -> dict[str, str]:
 @health.get("/readyz", responses={503: {"description": "Not ready"}})
 async def readyz(request: Request) -> JSONResponse:
     """Readiness: the database answers and its schema is at the newest migration."""
-    try:
-        async with _engine(request).connect() as conn:
-            current = (
-                await conn.execute(
-                    text("/* sibyl:readyz */ SELECT version_num FROM alembic_version")
-                )
-            ).scalar()
-    except Exception as error:
-        if not schema_missing(error):
-            return JSONResponse(
-                {"status": "unavailable", "detail": "database unreachable"},
-                status_code=503,
-                headers={"Retry-After": "2"},
-            )
-        current = None  # the database answers, but nobody migrated it
-    if current != head_revision():
-        return JSONResponse(
-            {"status": "unavailable", "detail": "database schema is not at the newest migration"},
-            status_code=503,
-            headers={"Retry-After": "10"},
-        )
-    return JSONResponse({"status": "ready"})
+    why = await readiness(_engine(request))
+    if why is None:
+        return JSONResponse({"status": "ready"})
+    retry = "2" if why == NOT_READY_UNREACHABLE else "10"
+    return JSONResponse(
+        {"status": "unavailable", "detail": why}, status_code=503, headers={"Retry-After": retry}
+    )
 
 
 @search.post("/expand", response_model=ExpandResponse)

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import one_statement, read_tx, write_tx
@@ -259,3 +260,27 @@ async def run_write(
                 raise_fault(error)
             if attempt == WRITE_ATTEMPTS:
                 raise Unavailable("Concurrent writes collided, retry", retry_after=1) from None
+
+
+NOT_READY_UNREACHABLE = "database unreachable"
+NOT_READY_SCHEMA = "database schema is not at the newest migration"
+
+
+async def readiness(engine: AsyncEngine) -> str | None:
+    """Why the service cannot serve from ``engine``'s database yet (:data:`NOT_READY_UNREACHABLE`
+    or :data:`NOT_READY_SCHEMA`), or None when it can: the database answers and its schema is at
+    the newest migration (``/readyz``, and ``sibyl-pg serve``'s warning at start)."""
+    from app.core.migrations import head_revision
+
+    try:
+        async with engine.connect() as conn:
+            current = (
+                await conn.execute(
+                    text("/* sibyl:readyz */ SELECT version_num FROM alembic_version")
+                )
+            ).scalar()
+    except Exception as error:
+        if not schema_missing(error):
+            return NOT_READY_UNREACHABLE
+        current = None  # the database answers, but nobody migrated it
+    return None if current == head_revision() else NOT_READY_SCHEMA
