@@ -205,3 +205,33 @@ async def test_an_org_whose_writes_never_leave_a_gap_gets_a_rebuild_that_holds_t
     assert [a.status_code for a in answers] == [200]  # it waited for the rebuild, then wrote
     assert t.org not in refresher._overtaken
     assert await scalar(engine, RECORDS, o=t.org) >= 1  # the write retired what it touched
+
+
+async def test_a_rebuild_does_not_wait_long_behind_a_long_write(engine, client):
+    """A long transaction that may change communities (an atomic import) holds the org's
+    community lock shared until it commits; a rebuild waiting for it would queue every later
+    retiring write behind it. So a rebuild waits at most LOCK_WAIT_MS, then gives up (nothing
+    replaced, the org stays due) and a write behind it goes through; once the long write
+    committed, the next rebuild succeeds."""
+    from app.repo import communities as community_repo
+
+    t, _, bob = await _world(engine)
+    edge = {"src": "ca", "relationship": "RELATED_TO", "dst": "cb"}
+    assert (await call(client, "POST", "/api/edges", bob, json=edge)).status_code == 201
+    async with engine.connect() as long_write:
+        tx = await long_write.begin()
+        await community_repo.mark(long_write, org_id=t.org)  # holds the lock shared
+        refresher = _refresher(engine, t.org)
+        try:
+            # it gives up instead of waiting for the long write's commit (which would never come:
+            # the long write commits below; wait_for turns that wait into a failure, not a hang)
+            first = await asyncio.wait_for(refresher.tick(), 60)
+            assert first[t.org].status == "changed"
+            # a write behind it is not held back for the long write either
+            assert (await call(client, "DELETE", "/api/edges", bob, params=edge)).status_code == 204
+            await tx.commit()
+            refresher._next_allowed.clear()
+            second = await refresher.tick()
+        finally:
+            await refresher.close()
+    assert second[t.org].status == "rebuilt"

@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import networkx as nx
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core.errors import causes
 from app.repo import communities as repo
 
 ORG_AUDIENCE = "org"
@@ -208,6 +210,22 @@ class CommunitiesChanged(Exception):
     rebuild replaced nothing (the org stays due; run it again)."""
 
 
+LOCK_WAIT_MS = 1_000
+"""How long a rebuild waits for the writes holding the org's community lock (a long import
+holds it to its commit); past it, it gives up like an overtaken rebuild. Later retiring writes
+queue behind a waiting rebuild, so this is also the longest they wait for it to get the lock."""
+
+
+async def _lock(conn: AsyncConnection, org_id: str) -> None:
+    """The org's community lock, or :class:`CommunitiesChanged` after :data:`LOCK_WAIT_MS`."""
+    try:
+        await repo.lock_org(conn, org_id=org_id, wait_ms=LOCK_WAIT_MS)
+    except DBAPIError as error:
+        if not any(getattr(seen, "sqlstate", None) == "55P03" for seen in causes(error)):
+            raise
+        raise CommunitiesChanged(org_id) from None
+
+
 async def rebuild(
     conn: AsyncConnection, *, org_id: str, hold_writes: bool = False
 ) -> RebuildSummary:
@@ -220,6 +238,8 @@ async def rebuild(
     it began: then it raises :class:`CommunitiesChanged` and the caller rolls back (a write's
     change may be missing from what was read). On success the records it saw are deleted: the
     org is no longer due. An org without links (or an unknown org id) ends with no communities.
+    A lock held by writes for more than :data:`LOCK_WAIT_MS` raises :class:`CommunitiesChanged`
+    too (the caller rolls back; the org stays due).
 
     ``hold_writes``: take the lock first instead, so the writes that would retire communities
     wait for the whole rebuild (it cannot be overtaken): for an org whose writes never leave a
@@ -227,12 +247,13 @@ async def rebuild(
     """
     started = time.perf_counter()
     if hold_writes:
-        await repo.lock_org(conn, org_id=org_id)
+        await _lock(conn, org_id)
     seen = await repo.retirements(conn, org_id=org_id)
     memories = await repo.memories(conn, org_id=org_id)
     links = await repo.links(conn, org_id=org_id)
     found = await asyncio.to_thread(detect, memories, links)  # Louvain: CPU, off the event loop
-    await repo.lock_org(conn, org_id=org_id)
+    if not hold_writes:
+        await _lock(conn, org_id)
     if await repo.retired_since(conn, org_id=org_id, seen=seen):
         raise CommunitiesChanged(org_id)
     await repo.replace_communities(conn, org_id=org_id, communities=found.communities)

@@ -222,9 +222,24 @@ class CommunityRow:
     members: tuple[str, ...]
 
 
-async def lock_org(conn: AsyncConnection, *, org_id: str) -> None:
-    """Take the org's rebuild lock for the rest of the transaction."""
+LOCK_WAIT_SQL = text(
+    """/* sibyl:communities.lock_wait */
+SELECT set_config('lock_timeout', CAST(CAST(:wait_ms AS integer) AS text), true)"""
+)
+
+
+async def lock_org(conn: AsyncConnection, *, org_id: str, wait_ms: int | None = None) -> None:
+    """Take the org's rebuild lock for the rest of the transaction, waiting at most ``wait_ms``
+    (None: as long as it takes) for the writes holding it shared: past it PostgreSQL's lock
+    timeout (SQLSTATE 55P03) aborts the transaction. While a rebuild waits for the lock, every
+    later write that would take it shared queues behind it, so a rebuild must not wait long
+    for a long transaction (an import) that holds it."""
+    if wait_ms is None:
+        await conn.execute(LOCK_SQL, {"org": org_id})
+        return
+    await conn.execute(LOCK_WAIT_SQL, {"wait_ms": wait_ms})
     await conn.execute(LOCK_SQL, {"org": org_id})
+    await conn.execute(LOCK_WAIT_SQL, {"wait_ms": 0})
 
 
 async def memories(conn: AsyncConnection, *, org_id: str) -> list[MemoryRow]:
