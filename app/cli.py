@@ -391,7 +391,7 @@ def mcp_stdio() -> None:
     try:
         asyncio.run(serve_stdio(key))
     except Unavailable as exc:  # the database, not the key: said as every other command says it
-        raise _err(database_refusal(exc.detail), 2) from None
+        raise _err(database_refusal(_database_fault(exc) or exc.detail), 2) from None
     except DomainError as exc:
         raise _err(f"{KEY_VARIABLE}: {exc.detail}", 2 if exc.status in (401, 403) else 1) from None
 

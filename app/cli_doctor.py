@@ -67,7 +67,7 @@ def run_doctor(*, as_json: bool = False) -> None:
         raise typer.Exit(EXIT_UNREACHABLE) from None
     except Exception as exc:  # a refused login, a missing database: say so, no stack trace
         reason = getattr(exc, "orig", None) or exc  # the driver's message, not SQLAlchemy's
-        typer.echo(f"error: the database refused the doctor: {reason}", err=True)
+        typer.echo(f"error: the database refused the doctor: {reason}\n{DATABASE_HINT}", err=True)
         raise typer.Exit(EXIT_UNREACHABLE) from None
     if as_json:
         typer.echo(report.model_dump_json(indent=2))

@@ -79,6 +79,8 @@ def test_a_setting_set_but_empty_takes_its_default(database_url: str) -> None:
         ("postgresql://u:s3cret-pw@localhost/db?options=-cwork_mem%3D1MB", "(options)"),
         ("postgresql://u:s3cret-pw@localhost/db?sslmode=bogus", "sslmode='bogus'"),
         ("postgresql://u:s3cret-pw@localhost/db?sslmode=", "sslmode=''"),
+        ("postgresql://u:s3cret-pw@localhost/db?port=abc", "port that is not a number"),
+        ("postgresql://u:s3cret-pw@localhost/db?target_session_attrs=x", "target_session_attrs"),
     ],
 )
 @pytest.mark.parametrize(

@@ -307,3 +307,31 @@ async def test_slow_statement_is_ended_by_the_statement_timeout(served: Served) 
                 assert_clean_503(a, path)
                 assert "statement timeout" in a.body  # the timeout ended it, not the pool
         await serves_again(client, served)
+
+
+@pytest.mark.parametrize("missing", ["database", "role"])
+async def test_a_database_or_role_that_does_not_exist_is_503(database_url: str, missing: str):
+    """A trial: a database dropped while serving (or a DATABASE_URL naming a database or role
+    that does not exist) answered 500 with a traceback per request, while /readyz said 503.
+    It is a 503 with Retry-After, saying nothing of the database's name."""
+    from app.core.db import with_database
+
+    if missing == "database":
+        url = with_database(database_url, "sibyl_no_such_db_" + str(free_port()))
+    else:
+        parts = database_url.split("://", 1)
+        url = f"{parts[0]}://no_such_role_sibyl@{parts[1].split('@', 1)[1]}"
+    engine = make_engine(url)
+    app = create_app(engine)
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            r = await client.post(
+                "/api/search", json={"query": "x"}, headers={"Authorization": "Bearer sibyl_x_y"}
+            )
+            ready = await client.get("/readyz")
+    finally:
+        await engine.dispose()
+    assert r.status_code == 503 and "Retry-After" in r.headers, r.text
+    assert r.json() == {"detail": "Database unavailable, retry later"}
+    assert ready.status_code == 503

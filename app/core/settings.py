@@ -55,6 +55,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # which imports this module: kept here so settings import nothing of the service).
 URL_PARAMETERS = frozenset({"host", "port", "sslmode", "ssl", "passfile", "target_session_attrs"})
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
 
 
 class Settings(BaseSettings):
@@ -88,6 +89,12 @@ class Settings(BaseSettings):
         for key, mode in given:
             if key in ("sslmode", "ssl") and mode not in SSL_MODES:
                 raise ValueError(f"has {key}={mode!r}; it takes one of {', '.join(SSL_MODES)}")
+            if key == "target_session_attrs" and mode not in SESSION_ATTRS:
+                raise ValueError(
+                    f"has target_session_attrs={mode!r}; it takes one of {', '.join(SESSION_ATTRS)}"
+                )
+            if key == "port" and not (mode.isdigit() and 0 < int(mode) < 65536):
+                raise ValueError("has a port that is not a number (or out of range)")
         unknown = sorted({k for k, _ in given} - URL_PARAMETERS)
         if unknown:
             raise ValueError(
