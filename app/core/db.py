@@ -16,7 +16,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from sqlalchemy import Engine, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.core import settings as settings_module
 from app.core.embedded import embedded_url
 from app.core.settings import Settings, get_settings
 
@@ -46,13 +45,6 @@ def database_url(settings: Settings | None = None) -> str:
     if s.database_url:
         return s.database_url
     return embedded_url(s.data_dir / "pg")
-
-
-URL_PARAMETERS = settings_module.URL_PARAMETERS
-"""The query parameters of a ``DATABASE_URL`` the service passes on to the driver (asyncpg): a
-socket ``host``, TLS (libpq's ``sslmode``, asyncpg's ``ssl``: ``disable`` .. ``verify-full``), a
-``passfile``, ``target_session_attrs``. Any other is refused when the settings are read (asyncpg
-takes no ``options`` or ``application_name`` keyword: it was a traceback at the first query)."""
 
 
 def async_url(url: str) -> str:

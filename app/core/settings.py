@@ -51,8 +51,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
-# The query parameters of a DATABASE_URL passed on to the driver (app.core.db.URL_PARAMETERS,
-# which imports this module: kept here so settings import nothing of the service).
+# The query parameters of a DATABASE_URL passed on to the driver (asyncpg, app.core.db.async_url):
+# a socket host, TLS (libpq's sslmode, passed as asyncpg's ssl), a passfile,
+# target_session_attrs. Any other is refused when the settings are read (asyncpg takes no
+# options or application_name keyword: it was a traceback at the first query).
 URL_PARAMETERS = frozenset({"host", "port", "sslmode", "ssl", "passfile", "target_session_attrs"})
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")

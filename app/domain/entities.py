@@ -277,13 +277,8 @@ async def delete_entity(
     )
     # a body link under an explicit (imported) mention of the same pair waits again too: the
     # mention row no longer says that the body links it (a breaker lost such a link for good)
-    linked = [
-        source
-        for source, body in await repo.explicit_sources(
-            conn, org_id=reader.org_id, entity_id=target.id
-        )
-        if target.id in links(body)
-    ]
+    explicit = await repo.explicit_sources(conn, org_id=reader.org_id, entity_id=target.id)
+    linked = [source for source, body in explicit if target.id in links(body)]
     await repo.delete_entity(conn, org_id=reader.org_id, entity_id=target.id, also_pending=linked)
 
 

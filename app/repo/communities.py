@@ -76,23 +76,30 @@ WHERE c.org_id = :org
                WHERE m.org_id = :org AND m.entity_id = ANY(CAST(:ids AS text[])))"""
 )
 
+# The ends of the links :srcs -> :dsts (l.src, l.dst: memories a, b), and the condition that a
+# link joins two memories of one audience, the links detection uses (docs/communities.md §2:
+# both project-scoped in the same project, or both org-scoped; neither retired): shared by
+# sibyl:communities.retire_links and sibyl:communities.mark_links.
+_LINK_ENDS = """unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS l(src, dst)
+    JOIN entities a ON a.org_id = :org AND a.id = l.src
+    JOIN entities b ON b.org_id = :org AND b.id = l.dst"""
+_SAME_AUDIENCE = """a.scope = b.scope AND a.scope IN ('project', 'org')
+      AND (a.scope = 'org' OR a.project_id = b.project_id)
+      AND a.lifecycle <> 'retired' AND b.lifecycle <> 'retired'"""
+
 # A link takes part in detection only when its two ends lie in one audience (docs/communities.md
 # §2: both project-scoped in the same project, or both org-scoped; neither retired). A link with
 # a private, retired or other-audience end never formed a community, so writing or removing it
 # retires none: a reader never sees a community vanish because of a memory it cannot read.
 RETIRE_LINKS_SQL = text(
-    """/* sibyl:communities.retire_links */
+    f"""/* sibyl:communities.retire_links */
 DELETE FROM communities c
 WHERE c.org_id = :org
   AND c.id IN (
     SELECT m.community_id
-    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS l(src, dst)
-    JOIN entities a ON a.org_id = :org AND a.id = l.src
-    JOIN entities b ON b.org_id = :org AND b.id = l.dst
+    FROM {_LINK_ENDS}
     JOIN community_members m ON m.org_id = :org AND m.entity_id IN (l.src, l.dst)
-    WHERE a.scope = b.scope AND a.scope IN ('project', 'org')
-      AND (a.scope = 'org' OR a.project_id = b.project_id)
-      AND a.lifecycle <> 'retired' AND b.lifecycle <> 'retired')"""
+    WHERE {_SAME_AUDIENCE})"""
 )
 
 # A memory that moved (scope, project or lifecycle): its links now count in its new audience and
@@ -147,15 +154,8 @@ WHERE EXISTS (SELECT 1 FROM entities e
 MARK_LINKS_SQL = text(
     f"""/* sibyl:communities.mark_links */
 INSERT INTO community_retirements (org_id)
-SELECT :org FROM (SELECT {_LOCK_SHARED}) l
-WHERE EXISTS (
-    SELECT 1
-    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS p(src, dst)
-    JOIN entities a ON a.org_id = :org AND a.id = p.src
-    JOIN entities b ON b.org_id = :org AND b.id = p.dst
-    WHERE a.scope = b.scope AND a.scope IN ('project', 'org')
-      AND (a.scope = 'org' OR a.project_id = b.project_id)
-      AND a.lifecycle <> 'retired' AND b.lifecycle <> 'retired')"""
+SELECT :org FROM (SELECT {_LOCK_SHARED}) lk
+WHERE EXISTS (SELECT 1 FROM {_LINK_ENDS} WHERE {_SAME_AUDIENCE})"""
 )
 
 RETIREMENTS_SQL = text(
@@ -228,6 +228,11 @@ SELECT set_config('lock_timeout', CAST(CAST(:wait_ms AS integer) AS text), true)
 )
 
 
+LOCK_WAIT_RESET_SQL = text(
+    "/* sibyl:communities.lock_wait_reset */ SET LOCAL lock_timeout TO DEFAULT"
+)
+
+
 async def lock_org(conn: AsyncConnection, *, org_id: str, wait_ms: int | None = None) -> None:
     """Take the org's rebuild lock for the rest of the transaction, waiting at most ``wait_ms``
     (None: as long as it takes) for the writes holding it shared: past it PostgreSQL's lock
@@ -239,7 +244,7 @@ async def lock_org(conn: AsyncConnection, *, org_id: str, wait_ms: int | None = 
         return
     await conn.execute(LOCK_WAIT_SQL, {"wait_ms": wait_ms})
     await conn.execute(LOCK_SQL, {"org": org_id})
-    await conn.execute(LOCK_WAIT_SQL, {"wait_ms": 0})
+    await conn.execute(LOCK_WAIT_RESET_SQL)  # the rest of the transaction waits as configured
 
 
 async def memories(conn: AsyncConnection, *, org_id: str) -> list[MemoryRow]:
