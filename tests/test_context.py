@@ -528,3 +528,101 @@ async def test_a_pack_looks_its_word_statistics_up_once(engine):
         assert names.count("sibyl:search.weights") == 1, names
         alone, _ = await weigh(conn, reader, goal)
     assert pack.total_items > 0 and alone  # counted words, and a pack found with them
+
+
+# --- what text each item shows (issue 12: the pack holds the answer) ----------------------------
+
+
+def _survey_world(org: str, sfx: str) -> list[dict]:
+    """A long survey cut into declared spans: an opening of weather remarks, three spans of
+    filler, and deep in the body a span about gyrfalcons; a code note; kestrel filler memories."""
+    opening = "Opening remarks about the weather on the ridge. " * 12
+    filler = ["Notes on the moorland path and the fence line. " * 14 for _ in range(3)]
+    deep = (
+        "Counts along the shore were low this year. " * 6
+        + "The gyrfalcon survey found the wintering range reaches the Baltic coast."
+    )
+    parts = [opening, *filler, deep]
+    body, spans, at = "", [], 0
+    for n, part in enumerate(parts):
+        body += part
+        spans.append({"start": at, "end": at + len(part), "label": f"Part {n}"})
+        at += len(part)
+    code = "Counting birds in code::\n\n    def tally(birds):\n        return len(birds)\n"
+    records = [
+        *_base(org, sfx),
+        _ent(org, sfx, "survey", "document", "Gyrfalcon survey", body, spans=spans),
+        _ent(org, sfx, "tally", "artifact", "Tally helper", code),
+    ]
+    records += [
+        _ent(org, sfx, f"kes_{i}", "note", f"Kestrel {i}", "kestrel survey " + FILLER)
+        for i in range(6)
+    ]
+    return records
+
+
+async def _survey_key(engine) -> str:
+    org, sfx = "org_survey_" + secrets.token_hex(4), secrets.token_hex(3)
+    await import_dicts(engine, _survey_world(org, sfx))
+    return await make_key(engine, f"user_ann_{sfx}")
+
+
+async def test_a_memory_item_shows_its_best_matching_span_not_its_opening(engine, client):
+    key = await _survey_key(engine)
+    # the goal is the memory's name (exact lane) and its words fill one span deep in its body
+    pack = await _pack(client, key, goal="Gyrfalcon survey", limit=1, include_related=False)
+    (item,) = _items(pack)
+    assert item["id"] == "survey"
+    md = pack["markdown"]
+    assert "wintering range reaches the Baltic coast" in md
+    assert "Opening remarks about the weather" not in md  # the body's opening, the old text
+    # the Markdown names the span the text is from, a passage of the memory to fetch_slice
+    span = md.split("text from its span `", 1)[1].split("`", 1)[0]
+    r = await client.post(
+        "/api/search/slice",
+        json={"entity_id": span, "window": 0},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 200, r.text
+    assert "Baltic coast" in json.dumps(r.json())
+
+
+async def test_each_text_is_the_part_that_matches_the_goal(engine, client):
+    key = await _survey_key(engine)
+    # a small budget leaves each item a short text: it is cut around the goal's words
+    pack = await _pack(
+        client,
+        key,
+        goal="gyrfalcon wintering range",
+        limit=2,
+        markdown_token_budget=300,
+        include_related=False,
+    )
+    body = pack["markdown"].split("\n", 1)[1]
+    assert "wintering range reaches the Baltic" in body
+    assert "Counts along the shore" not in body  # the span's opening gave way to the match
+
+
+async def test_code_keeps_its_lines(engine, client):
+    key = await _survey_key(engine)
+    pack = await _pack(client, key, goal="tally helper birds code", include_related=False)
+    md = pack["markdown"]
+    # each line of the code block on its own line, indented under its bullet (a code block)
+    assert "\n      def tally(birds):\n          return len(birds)" in md
+
+
+async def test_better_ranked_items_show_more_text(engine, client):
+    key = await _long_key(engine)
+    pack = await _pack(client, key, goal="kestrel hovering field note", include_related=False)
+    md = pack["markdown"]
+    ranked = sorted(_items(pack), key=lambda i: -i["score"])
+    assert len(ranked) >= 6
+
+    def text_of(item_id: str) -> int:
+        block = md.split(f"`{item_id}`", 1)[1]
+        return len(block.split("\n- **", 1)[0].split("\n## ", 1)[0])
+
+    sizes = [text_of(i["id"]) for i in ranked]
+    # shares fall with rank (1, 1/2, 1/3 ...): the best item's text is far longer than the last's
+    assert sizes[0] > 2 * sizes[-1], sizes
+    assert sum(sizes[:3]) > sum(sizes[-3:]), sizes

@@ -47,9 +47,9 @@ def test_never_longer_than_the_budget():
 def _quadratic_excerpt_start(text: str, words: list[tuple[str, float]], chars: int) -> int:
     """The window start the excerpt picks, by the plain definition (every match against every
     later match inside the window): the oracle for the one-pass search."""
-    from app.domain.excerpt import _matches
+    from app.domain.excerpt import matches
 
-    found = _matches(text, words)
+    found = matches(text, words)
     span = chars - 6
     best: tuple[float, int, int] | None = None
     best_start = 0

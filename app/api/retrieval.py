@@ -71,8 +71,10 @@ async def pack(body: ContextRequest, request: Request, credentials: Credentials)
     hops, as the ``expand_neighbors`` walk finds them); a reserved lane of exactly 3 note slots
     that never grows with ``limit``; a memory whose complete span set is in the pack is left
     out; ``markdown`` carries the items' text within ``markdown_token_budget`` (about 4
-    characters a token). The whole response stays within about 1.25 × budget × 4 characters:
-    items that would not fit are left out (``filters.left_out_for_budget``).
+    characters a token): the part of each that matches the goal (a memory: its best-matching
+    span, named), better-ranked items with more of it (shares 1, 1/2, 1/3, ...). The whole
+    response stays within about 1.25 × budget × 4 characters: items that would not fit are
+    left out (``filters.left_out_for_budget``).
 
     Bounds are clamped: limit 1-50 (default 12), related_limit 0-5 (default 3),
     markdown_token_budget 100-32000 (default 4000); ``include_related`` defaults to true. A blank

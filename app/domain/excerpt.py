@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["excerpt"]
+__all__ = ["excerpt", "excerpt_of", "matches"]
 
 _LEAD = 0.25
 """How far before its first match (a share of ``chars``) a window may start to take in the start
@@ -26,8 +26,9 @@ def _pattern(word: str) -> re.Pattern[str]:
     return re.compile(r"(?<!\w)" + re.escape(stem.casefold()), re.IGNORECASE)
 
 
-def _matches(text: str, words: Sequence[tuple[str, float]]) -> list[tuple[int, int, float]]:
-    """(position, word number, weight) of every query-word occurrence, by position."""
+def matches(text: str, words: Sequence[tuple[str, float]]) -> list[tuple[int, int, float]]:
+    """(position, word number, weight) of every query-word occurrence in ``text``, by position
+    (what :func:`excerpt_of` takes, to cut one text at several lengths)."""
     found: list[tuple[int, int, float]] = []
     for n, (word, weight) in enumerate(words):
         if not word.strip():
@@ -59,9 +60,15 @@ def excerpt(text: str, words: Sequence[tuple[str, float]], chars: int) -> str:
     weight > 0) pairs, as :func:`app.domain.terms.words` gives them."""
     if len(text) <= chars:
         return text
+    return excerpt_of(text, matches(text, words) if chars > 3 else [], chars)
+
+
+def excerpt_of(text: str, found: Sequence[tuple[int, int, float]], chars: int) -> str:
+    """:func:`excerpt` of ``text`` given its :func:`matches`."""
+    if len(text) <= chars:
+        return text
     if chars <= 3:
         return ""
-    found = _matches(text, words)
     if not found or chars < 10:
         return _cut_end(text, 0, chars)
     span = chars - 6  # room for both markers

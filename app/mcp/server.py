@@ -164,7 +164,9 @@ When one hop answers the question, call `context` once with the goal in plain wo
 the pack: items grouped by facet \
 (`decisions`, `active_work` = tasks not done, `artifacts` = artifacts and documents, `notes`, \
 `other`), each with a short preview, the `reason` it was chosen and its one-hop `related` \
-memories (ids and hops, no text), plus `markdown`, which carries the items' text: read that. The \
+memories (ids and hops, no text), plus `markdown`, which carries the items' text: read that \
+(each text is the part matching the goal: a memory shows its best-matching span, named for \
+`fetch_slice`; better-ranked items show more). The \
 whole answer stays within about {policy.CONTEXT_RESPONSE_FACTOR} × markdown_token_budget × \
 {policy.CHARS_PER_TOKEN} characters; items that would not fit are left out \
 (`filters.left_out_for_budget`). Widen only if the pack falls short: \
