@@ -50,7 +50,13 @@ class ThrowawayPostgres:
         if os.geteuid() == 0:
             from pgserver.utils import ensure_prefix_permissions, ensure_user_exists
 
-            ensure_user_exists(OS_USER)
+            try:
+                ensure_user_exists(OS_USER)
+            except subprocess.CalledProcessError:
+                # another process (a test worker, an embedded server) added the user meanwhile
+                import pwd
+
+                pwd.getpwnam(OS_USER)
             ensure_prefix_permissions(POSTGRES_BIN_PATH)
             ensure_prefix_permissions(self.root)
             shutil.chown(self.root, OS_USER, OS_USER)
