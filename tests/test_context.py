@@ -577,7 +577,7 @@ async def test_a_memory_item_shows_its_best_matching_span_not_its_opening(engine
     assert "wintering range reaches the Baltic coast" in md
     assert "Opening remarks about the weather" not in md  # the body's opening, the old text
     # the Markdown names the span the text is from, a passage of the memory to fetch_slice
-    span = md.split("text from its span `", 1)[1].split("`", 1)[0]
+    span = md.split("text from its span", 1)[1].split("`", 2)[1]
     r = await client.post(
         "/api/search/slice",
         json={"entity_id": span, "window": 0},
@@ -626,3 +626,69 @@ async def test_better_ranked_items_show_more_text(engine, client):
     # shares fall with rank (1, 1/2, 1/3 ...): the best item's text is far longer than the last's
     assert sizes[0] > 2 * sizes[-1], sizes
     assert sum(sizes[:3]) > sum(sizes[-3:]), sizes
+
+
+async def _odd_key(engine, *memories: tuple[str, str, str]) -> str:
+    org, sfx = "org_odd_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = [*_base(org, sfx)]
+    records += [_ent(org, sfx, i, "note", name, body) for i, name, body in memories]
+    await import_dicts(engine, records)
+    return await make_key(engine, f"user_ann_{sfx}")
+
+
+async def test_a_code_block_cut_short_is_closed(engine, client):
+    lines = "".join(f"def f{n}(x):\n    return x*{n}  # quasarblink\n" for n in range(300))
+    body = "# Code\n\nquasarblink example:\n\n```python\n" + lines + "```"
+    key = await _odd_key(engine, ("code", "Quasarblink code", body))
+    for budget in (300, 1000, 4000, 32000):
+        pack = await _pack(client, key, goal="quasarblink", markdown_token_budget=budget, limit=50)
+        md = pack["markdown"]
+        assert "quasarblink" in md.split("\n", 2)[2]
+        # every block a text opens is closed within its item: no item's bullet, and not the
+        # closing line, is read as code
+        lines = md.split("\n")
+        fences = 0
+        for line in lines:
+            if line.startswith("- **") or line.startswith("_"):
+                assert fences % 2 == 0, (budget, md)
+            if line.strip().startswith("```"):
+                fences += 1
+        assert fences % 2 == 0, (budget, md)
+
+
+async def test_a_long_passage_shows_the_stretch_with_the_goal_word(engine, client):
+    # one line of 15,000 characters is one oversized span; the word sits at its end
+    body = "abc " * 10 + "q" * 15_000 + " quasarblink ends the line"
+    key = await _odd_key(engine, ("oneline", "One line", body))
+    pack = await _pack(client, key, goal="quasarblink", include_related=False)
+    assert "quasarblink ends the line" in pack["markdown"]
+    assert pack["markdown"].count("quasarblink ends") == 1  # no text twice
+    assert len(pack["markdown"]) <= 4000 * policy.CHARS_PER_TOKEN
+
+
+async def test_a_memory_whose_match_is_its_own_item_keeps_its_opening(engine, client):
+    # periodic lines: the passage's opening also occurs at the memory's start; the memory's
+    # text still stops only where that passage really begins
+    body = "".join("x\n" if n % 2 else "y\n" for n in range(3000)) + "quasarblink closes it"
+    key = await _odd_key(engine, ("lines", "Quasarblink lines", body))
+    pack = await _pack(client, key, goal="quasarblink", include_related=False)
+    md = pack["markdown"]
+    memory = md.split("`lines`", 1)[1].split("\n- **", 1)[0]
+    assert "\n  y\n  x\n" in memory  # the memory's opening, under its bullet
+    assert md.count("quasarblink closes it") == 1
+
+
+def test_a_cut_reopens_and_closes_the_fenced_block_it_lies_in():
+    from app.domain.context import _close_fences
+
+    body = "Intro.\n\n```python\nx = 1\ny = 2\nz = 3\n```\n\nAfter."
+    inside = body.index("y = 2")
+    # a cut from inside the block to its middle: reopened with the block's own fence, closed
+    assert _close_fences(body, inside, "y = 2") == "```python\ny = 2\n```"
+    # a cut that opens the block and ends inside it: closed
+    assert _close_fences(body, 0, "Intro.\n\n```python\nx = 1") == (
+        "Intro.\n\n```python\nx = 1\n```"
+    )
+    # a cut holding the whole block, or none of it: unchanged
+    assert _close_fences(body, 0, body) == body
+    assert _close_fences(body, body.index("After"), "After.") == "After."

@@ -42,9 +42,10 @@ How a pack is composed:
 7. **Markdown** (:func:`render_markdown`): the text of the items, within ``markdown_token_budget``
    × 4 characters and what the sections leave of the response bound. Each text is the part
    that matches the goal (issue 12: a pack that holds the answer): a passage's text, and for a
-   memory the text of its best-matching span by search's BM25 over **all** its spans (the
-   statement of search's ``metadata.focus``, the any-word lane's words and weights) that is not
-   an item of the pack itself (a memory never cut: its body), the span named in the Markdown;
+   memory the text of its best-matching spans by search's BM25 over **all** its spans (the
+   statement of search's ``metadata.focus``, the any-word lane's words and weights) that are
+   not items of the pack themselves, the best two (a memory never cut: its body), named in the
+   Markdown;
    each cut to its share as the query-focused excerpt (:func:`app.domain.excerpt.excerpt`),
    lines kept (code stays code). Shares fall with rank: the item ranked r-th gets 1/r of the
    best one's (a text shorter than its share leaves the rest to the others). Measured on the
@@ -68,8 +69,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.settings import Settings, get_settings
 from app.domain import policy
-from app.domain.excerpt import excerpt, excerpt_of, matches
-from app.domain.preview import preview, preview_prefix
+from app.domain.excerpt import excerpt, excerpt_at, matches
+from app.domain.preview import preview
 from app.domain.reader import Reader
 from app.domain.schemas import (
     ContextItem,
@@ -114,7 +115,6 @@ _NAME_CHARS = 160
 _RELATED_NAME_CHARS = 80
 _MIN_PREVIEW_CHARS = 24
 _MIN_TEXT_CHARS = 80  # the least text (a line) an item of the pack gets room for in Markdown
-_OVERLAP_PROBE_CHARS = 60  # how much of a passage's opening finds it in its parent's text
 _MARKDOWN_FRAME_CHARS = 200  # the Markdown's title, facet headings and closing line, about
 
 
@@ -270,6 +270,25 @@ def _text_lines(text: str) -> str:
     return "\n".join(out)
 
 
+_FENCE = re.compile(r"^[ \t]*(```|~~~)", re.MULTILINE)
+
+
+def _close_fences(body: str, start: int, cut: str) -> str:
+    """``cut`` (the stretch of ``body`` from ``start``) with its Markdown code fences balanced: a
+    cut that starts inside a fenced block reopens it (with the block's own fence line), one
+    that ends inside a block closes it, so the rest of the pack is not read as code."""
+    before = _FENCE.findall(body, 0, start)
+    if len(before) % 2:
+        opener = [m for m in _FENCE.finditer(body, 0, start)][-1]
+        line_end = body.find("\n", opener.start())
+        fence_line = body[opener.start() : line_end if line_end >= 0 else len(body)].strip()
+        cut = fence_line + "\n" + cut
+    inside = _FENCE.findall(cut)
+    if len(inside) % 2:
+        cut = cut + "\n" + inside[-1]
+    return cut
+
+
 class _Texts:
     """Each block's text as the Markdown shows it at a given share: the query-focused excerpt
     (:func:`app.domain.excerpt.excerpt`; without words, the opening) of at most
@@ -289,15 +308,17 @@ class _Texts:
         budget = self.budget(block, share)
         if not block.body or budget < _MIN_PREVIEW_CHARS:
             return ""
+        start = 0
         if len(block.body) <= budget:
             cut = block.body
         elif self.words:
             where = self.found.get(id(block))
             if where is None:
                 where = self.found[id(block)] = matches(block.body, self.words)
-            cut = excerpt_of(block.body, where, budget)
+            start, cut = excerpt_at(block.body, where, budget)
         else:
             cut = preview(block.body, budget)[0]
+        cut = _close_fences(block.body, start, cut)
         return "\n".join("  " + line if line else "" for line in cut.split("\n")) + "\n"
 
     def estimate(self, blocks: list[_Block], share: int) -> int:
@@ -353,13 +374,13 @@ def render_markdown(
     omitted: int = 0,
     words: Sequence[tuple[str, float]] = (),
     json_chars: int | None = None,
-    spans: Mapping[str, str] | None = None,
+    spans: Mapping[str, list[str]] | None = None,
 ) -> str:
     """The pack as Markdown of at most ``min(budget_tokens × 4, max_chars)`` characters, and at
     most ``json_chars`` characters once written as a JSON string (escapes counted), if given.
 
     A title, then one ``##`` section per non-empty facet (in facet order) with one bullet per item
-    (name, id, type, lifecycle when not active, and ``spans[item.id]``, the span its text comes
+    (name, id, type, lifecycle when not active, and ``spans[item.id]``, the spans its text comes
     from, when given), its text (``texts[item.id]``, else its preview; lines kept, indented
     under the bullet), and its related memories. To fit: the texts share what the headings
     leave, the item ranked r-th (by score) getting 1/r of the best one's share (a short text
@@ -391,13 +412,16 @@ def render_markdown(
         for item in getattr(sections, facet):
             flags = [item.type] + ([item.lifecycle] if item.lifecycle != "active" else [])
             head = f"- **{_cut(item.name, _NAME_CHARS)}** `{item.id}` ({', '.join(flags)})"
-            if item.id in spans:
-                head += f", text from its span `{spans[item.id]}`"
+            if spans.get(item.id):
+                named = " and ".join(f"`{i}`" for i in spans[item.id])
+                head += f", text from its span{'s' if len(spans[item.id]) > 1 else ''} {named}"
             related = None
-            if item.related:
+            # a passage's parent is already in its name: the Markdown does not repeat it
+            others = [n for n in item.related if n.id != item.parent_entity_id]
+            if others:
                 related = "  - related: " + "; ".join(
                     f"`{n.id}` {_cut(n.name, _RELATED_NAME_CHARS)} ({n.relationship})"
-                    for n in item.related
+                    for n in others
                 )
             lane = 1 if item.metadata.get("note_lane") is True else 0
             blocks.append(
@@ -507,26 +531,26 @@ async def _related(
 
 
 def _trim_overlaps(
-    texts: dict[str, str], hits: Mapping[str, search_repo.Hit], ids: list[str]
+    openings: dict[str, str], hits: Mapping[str, search_repo.Hit], ids: list[str]
 ) -> None:
-    """No text twice: a memory's text (its body's opening) stops where the first of its passages
-    that is also in the pack begins (a passage is an exact slice of its parent's body)."""
+    """No text twice: a memory's text that is its body's opening (``openings``, by memory id)
+    stops where the first of its passages that is also in the pack (``ids``) begins (a passage
+    is an exact slice of its parent's body, at its ``start_offset``)."""
     for pid in ids:
         hit = hits.get(pid)
-        if hit is None or hit.parent_id is None or hit.parent_id not in texts:
+        if hit is None or hit.parent_id not in openings or hit.start_offset is None:
             continue
-        head = texts.get(pid, "")[:_OVERLAP_PROBE_CHARS]
-        at = texts[hit.parent_id].find(head) if head else -1
-        if at >= 0:
-            texts[hit.parent_id] = texts[hit.parent_id][:at].rstrip()
+        opening = openings[hit.parent_id]
+        if hit.start_offset < len(opening):
+            openings[hit.parent_id] = opening[: hit.start_offset].rstrip()
 
 
 @dataclass(frozen=True)
 class _FocusText:
-    """The text a memory item shows: its best-matching span not already an item of the pack."""
+    """The text a memory item shows: its best-matching spans (ids, best first) that are not
+    items of the pack themselves, joined."""
 
-    id: str
-    passage_index: int | None
+    ids: list[str]
     text: str
 
 
@@ -539,9 +563,12 @@ async def _focus_texts(
     weighted: list[tuple[str, float]],
     scoring: search_repo.Scoring,
 ) -> dict[str, _FocusText]:
-    """For each memory item of the pack that holds a goal word: the text of its best-matching
-    span (search's ``metadata.focus`` statement, same words and weights) that is not itself an
-    item of the pack; a memory never cut: its own body. By memory id."""
+    """For each memory item of the pack that holds a goal word: the text of its
+    :data:`~app.domain.policy.CONTEXT_MEMORY_SPANS` best-matching spans (search's
+    ``metadata.focus`` statement, same words and weights) that are not items of the pack
+    themselves, best first, each its query-focused excerpt of at most
+    :data:`~app.domain.policy.CONTEXT_TEXT_CHARS`; a memory never cut: its own body. By memory
+    id."""
     memories = [i for i in picks if i in hits and hits[i].parent_id is None]
     if not memories or not weighted:
         return {}
@@ -552,31 +579,35 @@ async def _focus_texts(
         memories=memories,
         words=[w for w, _ in weighted],
         idfs=[idf for _, idf in weighted],
-        per_memory=policy.CONTEXT_PER_MEMORY + 1,
+        per_memory=policy.CONTEXT_PER_MEMORY + policy.CONTEXT_MEMORY_SPANS,
         scoring=scoring,
     )
-    chosen: dict[str, search_repo.Span] = {}
+    chosen: dict[str, list[search_repo.Span]] = {}
     for memory, f in best.items():
-        span = next((sp for sp in f.spans if sp.id not in in_pack or sp.id == memory), None)
-        if span is not None:
-            chosen[memory] = span
+        spans = [sp for sp in f.spans if sp.id not in in_pack or sp.id == memory]
+        if spans:
+            chosen[memory] = spans[: policy.CONTEXT_MEMORY_SPANS]
     rows = await search_repo.hits(
         conn,
         reader_params=reader.params(),
-        ids=[sp.id for sp in chosen.values() if sp.passage_index is not None],
+        ids=[sp.id for spans in chosen.values() for sp in spans if sp.passage_index is not None],
         preview_chars=policy.CONTEXT_TEXT_CHARS * 4,
     )
     out: dict[str, _FocusText] = {}
-    for memory, sp in chosen.items():
-        if sp.passage_index is None:
-            text = best[memory].content
-        elif sp.id in rows:
-            text = rows[sp.id].content_prefix
-        else:  # pragma: no cover - one snapshot: the span is still there
-            continue
-        out[memory] = _FocusText(
-            sp.id, sp.passage_index, excerpt(text, weighted, policy.CONTEXT_TEXT_CHARS)
-        )
+    for memory, spans in chosen.items():
+        ids: list[str] = []
+        parts: list[str] = []
+        for sp in spans:
+            if sp.passage_index is None:
+                text = best[memory].content
+            elif sp.id in rows:
+                text = rows[sp.id].content_prefix
+            else:  # pragma: no cover - one snapshot: the span is still there
+                continue
+            ids.append(sp.id)
+            parts.append(excerpt(text, weighted, policy.CONTEXT_TEXT_CHARS))
+        if parts:
+            out[memory] = _FocusText(ids, "\n\n".join(parts))
     return out
 
 
@@ -719,7 +750,7 @@ async def context_pack(
                 conn,
                 reader_params=reader.params(),
                 ids=missing,
-                preview_chars=policy.CONTEXT_TEXT_CHARS,
+                preview_chars=search_repo.FOCUS_TEXT_CHARS,  # read for the goal-centred excerpt
             )
         )
         newly = covered_parents(picks, hits) - left_out
@@ -748,7 +779,8 @@ async def context_pack(
     )
     placed: list[_Placed] = []
     texts: dict[str, str] = {}
-    text_spans: dict[str, str] = {}
+    openings: dict[str, str] = {}  # memories whose text is their body's opening
+    text_spans: dict[str, list[str]] = {}
     for n, pick in enumerate(picks):
         hit = hits.get(pick.ranked.id)
         if hit is None:  # pragma: no cover - one snapshot: a candidate's row is still there
@@ -762,13 +794,13 @@ async def context_pack(
             metadata["note_lane"] = True
         best = focused.get(hit.id)
         if best is not None:
-            if best.id != hit.id:  # a span of the memory (never cut: its own body)
-                text_spans[hit.id] = best.id
+            if best.ids != [hit.id]:  # spans of the memory (never cut: its own body)
+                text_spans[hit.id] = best.ids
             texts[hit.id] = best.text
-        else:
-            texts[hit.id] = preview_prefix(
-                hit.content_prefix, hit.content_length, policy.CONTEXT_TEXT_CHARS
-            )[0]
+        elif hit.parent_id is not None:  # a passage: the stretch of it the goal's words are in
+            texts[hit.id] = excerpt(hit.content_prefix, weighted, policy.CONTEXT_TEXT_CHARS)
+        else:  # a memory whose matching spans are all items (or none matches): its opening
+            openings[hit.id] = hit.content_prefix[: policy.CONTEXT_TEXT_CHARS]
         item = ContextItem(
             id=fields["id"],
             type=fields["type"],
@@ -824,7 +856,11 @@ async def context_pack(
 
     base_chars = len(response([], "").model_dump_json())
     kept, emptied = fit(placed, base_chars=base_chars, max_chars=max_chars)
-    _trim_overlaps(texts, hits, [p.item.id for p in kept])
+    _trim_overlaps(openings, hits, [p.item.id for p in kept])
+    texts.update(
+        (memory, preview(opening, policy.CONTEXT_TEXT_CHARS)[0] if opening else "")
+        for memory, opening in openings.items()
+    )
     filters["left_out_for_budget"] = len(placed) - len(kept)
     filters["related_left_out_for_budget"] = emptied
     draft = response(kept, "")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["excerpt", "excerpt_of", "matches"]
+__all__ = ["excerpt", "excerpt_at", "excerpt_of", "matches"]
 
 _LEAD = 0.25
 """How far before its first match (a share of ``chars``) a window may start to take in the start
@@ -65,12 +65,18 @@ def excerpt(text: str, words: Sequence[tuple[str, float]], chars: int) -> str:
 
 def excerpt_of(text: str, found: Sequence[tuple[int, int, float]], chars: int) -> str:
     """:func:`excerpt` of ``text`` given its :func:`matches`."""
+    return excerpt_at(text, found, chars)[1]
+
+
+def excerpt_at(text: str, found: Sequence[tuple[int, int, float]], chars: int) -> tuple[int, str]:
+    """:func:`excerpt_of`, with where in ``text`` the excerpt starts (its first character
+    after a leading ``...``)."""
     if len(text) <= chars:
-        return text
+        return 0, text
     if chars <= 3:
-        return ""
+        return 0, ""
     if not found or chars < 10:
-        return _cut_end(text, 0, chars)
+        return 0, _cut_end(text, 0, chars)
     span = chars - 6  # room for both markers
     best: tuple[float, int, int] | None = None
     best_start = 0
@@ -92,7 +98,7 @@ def excerpt_of(text: str, found: Sequence[tuple[int, int, float]], chars: int) -
     start = _start_of_context(text, best_start, best_start - int(span * _LEAD))
     if start <= 3:
         start = 0
-    return _cut_end(text, start, chars)
+    return start, _cut_end(text, start, chars)
 
 
 def _cut_end(text: str, start: int, chars: int) -> str:

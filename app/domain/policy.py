@@ -70,7 +70,12 @@ CHARS_PER_TOKEN = 4
 NOTE_LANE = 3  # (anchor) reserved note slots of a context pack; never scales with `limit`
 CONTEXT_PER_MEMORY = 3  # items one memory (itself + its spans) may hold in a pack
 CONTEXT_PREVIEW_CHARS = 100  # an item's preview in the sections (its text is in the Markdown)
-CONTEXT_TEXT_CHARS = 2000  # the most text of one item the pack's Markdown shows
+CONTEXT_TEXT_CHARS = (
+    2000  # the most text of one passage (or one span of a memory) the Markdown shows
+)
+CONTEXT_MEMORY_SPANS = (
+    2  # a memory item's text: its best-matching spans not in the pack, best first
+)
 CONTEXT_RESPONSE_FACTOR = 1.25  # the whole pack ≤ 1.25 × markdown_token_budget × 4 characters
 
 

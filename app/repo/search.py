@@ -279,7 +279,7 @@ HITS_SQL = text(
     f"""/* sibyl:search.hits */
 SELECT h.id, t.type AS memory_type, t.name, t.project_id, t.lifecycle, t.metadata,
        t.passage_kind, t.passage_total, t.passages_lossless,
-       p.parent_id, p.passage_index, p.breadcrumb,
+       p.parent_id, p.passage_index, p.breadcrumb, p.start_offset,
        left(CASE WHEN p.id IS NULL THEN t.content ELSE p.content END, :preview_chars + 1)
            AS content_prefix,
        length(CASE WHEN p.id IS NULL THEN t.content ELSE p.content END) AS content_length
@@ -329,6 +329,8 @@ class Hit:
     breadcrumb: str | None
     content_prefix: str
     content_length: int
+    start_offset: int | None = None
+    """Where a passage's text begins in its parent's body (characters); None for a memory."""
 
 
 # Which of the given words no row the bound reader reads holds (a memory's own document, or a
@@ -480,6 +482,7 @@ async def hits(
             breadcrumb=r.breadcrumb,
             content_prefix=r.content_prefix,
             content_length=r.content_length,
+            start_offset=r.start_offset,
         )
         for r in rows
     }
