@@ -453,8 +453,8 @@ def render_markdown(
     if not shown:
         return skeleton
     # the largest share of text per item that fits (shares a short text leaves unused go to the
-    # others, since each text takes at most its share); found on an upper bound of each text's
-    # length, so that the one composition made fits
+    # others, since each text takes at most its share), found on an estimate of each text's
+    # size; the composition is then measured, and the share narrowed while it does not fit
     cutter = _Texts(words, escaped=json_chars is not None)
     low, high = 0, int(max(len(b.body) / b.weight for b in shown)) + 6
     while low < high:
@@ -591,7 +591,7 @@ async def _focus_texts(
         conn,
         reader_params=reader.params(),
         ids=[sp.id for spans in chosen.values() for sp in spans if sp.passage_index is not None],
-        preview_chars=policy.CONTEXT_TEXT_CHARS * 4,
+        preview_chars=search_repo.FOCUS_TEXT_CHARS,  # read for the goal-centred excerpt
     )
     out: dict[str, _FocusText] = {}
     for memory, spans in chosen.items():
