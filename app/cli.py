@@ -569,8 +569,8 @@ def quickstart(
     typer.echo(keys_file.read_text())
     if not no_serve:
         step(
-            f"serving on http://{host}:{port}: REST under /api, MCP at /mcp, OpenAPI at /docs "
-            "(Ctrl-C stops)"
+            f"starting the server on http://{host}:{port}: REST under /api, MCP at /mcp, "
+            "OpenAPI at /docs (it serves once uvicorn says `Uvicorn running on`; Ctrl-C stops)"
         )
         serve(host=host, port=port, quiet=True)
 
