@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.db import make_engine
 from app.core.errors import Conflict, DomainError, NotFound
-from app.domain.validation import ID_RE
+from app.domain.validation import path_id_problem
 from app.repo import directory
 
 T = TypeVar("T")
@@ -51,8 +51,9 @@ def _run(work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
 
 
 def _check_id(value: str, what: str) -> str:
-    if not ID_RE.fullmatch(value):
-        raise typer.BadParameter(f"{what} must match [A-Za-z0-9_.:-]{{1,128}}")
+    problem = path_id_problem(value)
+    if problem is not None:
+        raise typer.BadParameter(f"{what} {problem}")
     return value
 
 

@@ -388,3 +388,23 @@ def test_a_line_with_an_integer_too_long_to_read_is_one_error(tmp_path):
     with pytest.raises(ndjson.ImportError_) as err:
         list(ndjson.read_file(path))
     assert err.value.line == 1 and "not valid JSON" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["entity", "project"])
+async def test_an_import_refuses_a_dot_segment_id(engine, tmp_path, kind):
+    """``..`` matches the id pattern but no URL path names it: its line is refused, nothing of
+    the file is written (REST refuses it too)."""
+    org, sfx = "org_dots_" + secrets.token_hex(3), secrets.token_hex(3)
+    records = sample(org, sfx)
+    bad = (
+        {"kind": "entity", "org": org, "id": "..", "type": "note", "name": "n"}
+        if kind == "entity"
+        else {"kind": "project", "id": "..", "org": org, "name": "Dots", "visibility": "org"}
+    )
+    records.insert(5, bad)
+    with pytest.raises(ndjson.ImportError_) as err:
+        await ndjson.import_records(engine, ndjson.read_file(write(tmp_path, records)))
+    assert err.value.line == 6 and "cannot be '.' or '..'" in str(err.value)
+    async with engine.connect() as conn:
+        n = await conn.execute(text("SELECT count(*) FROM entities WHERE org_id = :o"), {"o": org})
+        assert n.scalar_one() == 0

@@ -410,6 +410,8 @@ async def test_admin_routes(engine, client):
     assert (
         await call(client, "POST", "/api/admin/projects", adm, json={"id": "p4", "name": "X"})
     ).status_code == 409
+    r = await call(client, "POST", "/api/admin/projects", adm, json={"id": "..", "name": "Dots"})
+    assert r.status_code == 400 and "URL path" in r.json()["detail"]  # no path could name it
     r = await call(
         client, "PUT", f"/api/admin/projects/p4/members/{zed}", adm, json={"role": "contributor"}
     )

@@ -137,6 +137,9 @@ async def test_bad_input_is_400_with_the_reason(engine, client):
         ({"type": "passage", "name": "x"}, "reserved"),
         ({"type": "note", "name": "x", "id": "passage_0123"}, "passage_"),
         ({"type": "note", "name": "x", "id": "a b"}, "id"),
+        # the pattern admits them, but clients resolve /entities/.. as a parent path
+        ({"type": "note", "name": "x", "id": ".."}, "URL path"),
+        ({"type": "note", "name": "x", "id": " . "}, "URL path"),
         ({"type": "note", "name": "x", "content": "a\x00b"}, "content"),
         ({"type": "note", "name": "x", "content": content, "spans": spans[:1]}, "span"),
         ({"type": "note", "name": "x", "content": content, "spans": [spans[1], spans[0]]}, "span"),
@@ -610,3 +613,21 @@ async def test_a_path_id_names_exactly_one_memory_spaces_included(engine, client
         assert got == absent, (method, path, got)
     r = await call(client, "GET", "/api/entities/memo", ann)
     assert r.status_code == 200 and r.json()["name"] == "Memo" and r.json()["revision"] == 1
+
+
+async def test_an_id_of_dots_is_refused_only_as_a_dot_segment(engine, client):
+    """``.`` and ``..`` name no URL path (clients resolve them), so they are refused where an
+    id is chosen; ``...`` is an ordinary id, created, read and deleted by its path."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    made = await call(
+        client, "POST", "/api/entities", ann, json={"type": "note", "name": "x", "id": "..."}
+    )
+    assert made.status_code == 201, made.text
+    assert (await call(client, "GET", "/api/entities/...", ann)).status_code == 200
+    assert (await call(client, "DELETE", "/api/entities/...", ann)).status_code == 204
+    refused = await call(
+        client, "POST", "/api/entities", ann, json={"type": "note", "name": "x", "id": ".."}
+    )
+    assert refused.status_code == 400
+    assert refused.json() == {"detail": "id cannot be '.' or '..': a URL path cannot name it"}

@@ -24,7 +24,7 @@ from app.domain import keys as key_domain
 from app.domain import permissions
 from app.domain.entities import set_grant
 from app.domain.reader import Reader
-from app.domain.validation import ID_RE, clean_text
+from app.domain.validation import clean_text, path_id_problem
 from app.domain.write_schemas import (
     GrantOut,
     KeyCreated,
@@ -65,8 +65,9 @@ def _text(value: str, *, field: str, limit: int = MAX_LABEL_CHARS) -> str:
 
 def _id(value: str, *, field: str) -> str:
     stripped = value.strip()
-    if not ID_RE.fullmatch(stripped):
-        raise BadRequest(f"{field} must match [A-Za-z0-9_.:-]{{1,128}}")
+    problem = path_id_problem(stripped)
+    if problem is not None:
+        raise BadRequest(f"{field} {problem}")
     return stripped
 
 

@@ -12,6 +12,20 @@ from app.domain import policy
 
 NAME_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
 ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+DOT_SEGMENTS = frozenset({".", ".."})
+"""Ids the id pattern admits but no URL path can name (HTTP clients resolve them as ``./``
+and ``../``): refused where an id is chosen (a memory, a project, an import's records)."""
+DOT_SEGMENT_ID = "cannot be '.' or '..': a URL path cannot name it"
+
+
+def path_id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a new id (``must match ...`` or :data:`DOT_SEGMENT_ID`), or
+    None when it can."""
+    if not ID_RE.fullmatch(value):
+        return "must match [A-Za-z0-9_.:-]{1,128}"
+    if value in DOT_SEGMENTS:
+        return DOT_SEGMENT_ID
+    return None
 
 
 BAD_TEXT = "text must be valid UTF-8 without NUL characters"

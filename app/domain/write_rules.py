@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest, Conflict
-from app.domain.validation import ID_RE
+from app.domain.validation import path_id_problem
 from app.repo import communities as community_repo
 from app.repo import entities as entity_repo
 from app.repo import term_stats
@@ -70,11 +70,12 @@ def memory_type(value: str) -> str:
 
 
 def memory_id(value: str, *, field: str = "id") -> str:
-    """A memory id as stored; ``BadRequest`` outside ``[A-Za-z0-9_.:-]{1,128}`` or with the
-    reserved ``passage_`` prefix."""
+    """A memory id as stored; ``BadRequest`` outside ``[A-Za-z0-9_.:-]{1,128}``, ``.`` or ``..``
+    (no URL path names them), or with the reserved ``passage_`` prefix."""
     stripped = value.strip()
-    if not ID_RE.fullmatch(stripped):
-        raise BadRequest(f"{field} must match [A-Za-z0-9_.:-]{{1,128}}")
+    problem = path_id_problem(stripped)
+    if problem is not None:
+        raise BadRequest(f"{field} {problem}")
     if stripped.startswith("passage_"):
         raise BadRequest(RESERVED_ID)
     return stripped

@@ -43,7 +43,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -59,11 +67,22 @@ from app.domain.memories import (
     save_entity,
     unchanged,
 )
-from app.domain.validation import BAD_TEXT, stored_relationship
+from app.domain.validation import BAD_TEXT, DOT_SEGMENT_ID, DOT_SEGMENTS, stored_relationship
 from app.domain.write_schemas import JsonObject
 from app.repo import term_stats, writes
 
-IdStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+
+def _not_a_dot_segment(value: str) -> str:
+    if value in DOT_SEGMENTS:
+        raise ValueError(f"an id {DOT_SEGMENT_ID}")
+    return value
+
+
+IdStr = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$"),
+    AfterValidator(_not_a_dot_segment),
+]
 TypeStr = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
 RelStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]{1,64}$")]
 
