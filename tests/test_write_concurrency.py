@@ -14,7 +14,6 @@ from collections import Counter
 
 import httpx
 import pytest
-from sqlalchemy import text
 
 from app.api.app import create_app
 from app.core.db import make_engine
@@ -398,83 +397,3 @@ async def test_deleting_a_memory_while_a_memory_linking_to_it_is_deleted(engine,
     left = "SELECT count(*) FROM {} WHERE org_id = :o AND {} IN ('a', 'b')"
     for table, column in (("entities", "id"), ("pending_links", "src_id"), ("mentions", "src_id")):
         assert await scalar(engine, left.format(table, column), o=t.org) == 0, table
-
-
-WAITING_WRITE = (
-    "SELECT xact_start FROM pg_stat_activity"
-    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-    " AND query LIKE '%sibyl:%'"
-)
-"""The transaction start of a write waiting on a lock (each run of a write is a new one)."""
-
-
-@pytest.fixture
-def write_lock_timeout(monkeypatch):
-    """Set ``SIBYL_WRITE_LOCK_TIMEOUT_MS`` for one test (the settings are read per write)."""
-    from app.core.settings import get_settings
-
-    def set_ms(ms: int) -> None:
-        monkeypatch.setenv("SIBYL_WRITE_LOCK_TIMEOUT_MS", str(ms))
-        get_settings.cache_clear()
-
-    yield set_ms
-    monkeypatch.delenv("SIBYL_WRITE_LOCK_TIMEOUT_MS", raising=False)
-    get_settings.cache_clear()
-
-
-async def _hold_row(engine, org: str, entity_id: str):
-    conn = await engine.connect()
-    tx = await conn.begin()
-    lock = "SELECT 1 FROM entities WHERE org_id = :o AND id = :i FOR UPDATE"
-    await conn.execute(text(lock), {"o": org, "i": entity_id})
-    return conn, tx
-
-
-async def test_a_write_queued_on_a_lock_is_run_again_not_failed(engine, client, write_lock_timeout):
-    """A breaker's trial: writers crowding one memory queued on each other's row locks until the
-    2 s statement timeout answered 503. A write's statements now wait at most
-    ``SIBYL_WRITE_LOCK_TIMEOUT_MS`` for a lock, and the write is run again from the start. Here
-    the lock is held through two of the write's runs (seen as two transactions waiting), then
-    released: the third run succeeds, and the edit is stored once."""
-    write_lock_timeout(300)
-    t = await Team().load(engine)
-    ann = await t.key(engine, "ann")
-    conn, tx = await _hold_row(engine, t.org, "n1")
-    try:
-        task = asyncio.ensure_future(
-            call(client, "PATCH", "/api/entities/n1", ann, json={"name": "Edited"})
-        )
-        runs: set = set()
-        for _ in range(400):
-            started = await scalar(engine, WAITING_WRITE)
-            if started is not None:
-                runs.add(started)
-            if len(runs) >= 2 or task.done():
-                break
-            await asyncio.sleep(0.02)
-        assert len(runs) >= 2 and not task.done()  # waited, gave up, was run again
-    finally:
-        await tx.commit()
-        await conn.close()
-    answer = await task
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["name"] == "Edited" and answer.json()["revision"] == 2
-
-
-async def test_a_write_still_blocked_after_its_runs_is_503_and_changes_nothing(
-    engine, client, write_lock_timeout
-):
-    write_lock_timeout(100)
-    t = await Team().load(engine)
-    ann = await t.key(engine, "ann")
-    conn, tx = await _hold_row(engine, t.org, "n1")
-    try:
-        answer = await call(client, "PATCH", "/api/entities/n1", ann, json={"name": "Edited"})
-    finally:
-        await tx.rollback()
-        await conn.close()
-    assert answer.status_code == 503
-    assert answer.json() == {"detail": "Concurrent writes collided, retry"}
-    assert answer.headers["Retry-After"] == "1"
-    got = await call(client, "GET", "/api/entities/n1", ann)
-    assert got.json()["name"] != "Edited" and got.json()["revision"] == 1

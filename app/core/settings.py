@@ -113,9 +113,6 @@ class Settings(BaseSettings):
     walk_hub_degree: int = Field(default=64, ge=0, le=100_000)
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
-    # how long one statement of a REST/MCP write waits for another writer's lock before the
-    # whole write is run again (app.domain.session.run_write); 0: only the statement timeout
-    write_lock_timeout_ms: int = Field(default=1000, ge=0, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
     communities_refresh_s: float = Field(default=120.0, ge=0, le=86_400, allow_inf_nan=False)

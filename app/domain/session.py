@@ -22,7 +22,6 @@ from app.core.errors import (
     Unavailable,
     causes,
 )
-from app.core.settings import get_settings
 from app.domain import write_rules
 from app.domain.permissions import require_admin
 from app.domain.reader import Reader
@@ -36,15 +35,8 @@ T = TypeVar("T")
 _UNAVAILABLE_CLASSES = ("08", "53", "57P", "3D", "28")
 _UNDEFINED_TABLE = "42P01"  # the schema is missing: nobody ran the migrations on this database
 SCHEMA_BEHIND = "The database schema is not at the newest migration (run `sibyl-pg migrate`)"
-# serialization failure, deadlock detected, a lock waited for longer than the write lock
-# timeout: the transaction was rolled back, run it again
-_RETRYABLE = ("40001", "40P01", "55P03")
+_RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock detected: run it again
 WRITE_ATTEMPTS = 3
-BOUND_LOCK_WAITS_SQL = text(
-    "/* sibyl:write.lock_timeout */"
-    " SELECT set_config('lock_timeout', CAST(CAST(:ms AS integer) AS text), true)"
-)
-"""The write transaction's lock timeout (``SIBYL_WRITE_LOCK_TIMEOUT_MS``), for it alone."""
 
 
 def _sqlstate(error: BaseException) -> str | None:
@@ -239,16 +231,12 @@ async def run_write(
     """Authenticate ``key`` (scope ``write`` by default) and run ``verb`` in one transaction,
     committed before this returns (a caller never acknowledges an uncommitted write).
 
-    A transaction PostgreSQL rolled back as a deadlock victim or a serialization failure, or
-    because one of its statements waited longer than ``SIBYL_WRITE_LOCK_TIMEOUT_MS`` (default
-    1,000 ms, below the statement timeout) for another writer's lock, is run again from the
-    start (``verb`` must not keep state across calls), up to :data:`WRITE_ATTEMPTS` times in
-    all; then it is a 503 with ``Retry-After``. (Writers crowding one memory otherwise ran into
-    the 2 s statement timeout while queued on each other's locks: a breaker's trial.) A pooled
+    A transaction PostgreSQL rolled back as a deadlock victim or a serialization failure is run
+    again from the start (``verb`` must not keep state across calls), up to
+    :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``. A pooled
     connection found dead by the key lookup (the first statement, before any write) is replaced
     and the unit run once more (:func:`_stale`); found dead later, it is a 503."""
     require_key(key)  # no key: refused before a connection is taken
-    lock_ms = get_settings().write_lock_timeout_ms
     attempt = 0
     revived = False  # one more run allowed when the pooled connection was found dead
     while True:
@@ -257,8 +245,6 @@ async def run_write(
         try:
             with write_rules.settling() as unsettled:
                 async with write_tx(engine) as conn:
-                    if lock_ms:
-                        await conn.execute(BOUND_LOCK_WAITS_SQL, {"ms": lock_ms})
                     reader = await authenticate(conn, key, scope=scope)
                     authenticated = True
                     result = await verb(conn, reader)
