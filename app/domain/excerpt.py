@@ -21,17 +21,21 @@ _LEAD = 0.25
 of that match's line or sentence."""
 
 
+def _stem(word: str) -> str:
+    return (word if len(word) <= 4 else word[: max(4, len(word) - 2)]).casefold()
+
+
 def _pattern(word: str) -> re.Pattern[str]:
-    stem = word if len(word) <= 4 else word[: max(4, len(word) - 2)]
-    return re.compile(r"(?<!\w)" + re.escape(stem.casefold()), re.IGNORECASE)
+    return re.compile(r"(?<!\w)" + re.escape(_stem(word)), re.IGNORECASE)
 
 
 def matches(text: str, words: Sequence[tuple[str, float]]) -> list[tuple[int, int, float]]:
     """(position, word number, weight) of every query-word occurrence in ``text``, by position
     (what :func:`excerpt_of` takes, to cut one text at several lengths)."""
     found: list[tuple[int, int, float]] = []
+    folded = text.casefold()  # a word whose stem is nowhere in it is not scanned for
     for n, (word, weight) in enumerate(words):
-        if not word.strip():
+        if not word.strip() or _stem(word) not in folded:
             continue
         for m in _pattern(word).finditer(text):
             found.append((m.start(), n, weight))
