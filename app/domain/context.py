@@ -370,14 +370,13 @@ def render_markdown(
     *,
     budget_tokens: int,
     texts: Mapping[str, str] | None = None,
-    max_chars: int | None = None,
     omitted: int = 0,
     words: Sequence[tuple[str, float]] = (),
     json_chars: int | None = None,
     spans: Mapping[str, list[str]] | None = None,
 ) -> str:
-    """The pack as Markdown of at most ``min(budget_tokens × 4, max_chars)`` characters, and at
-    most ``json_chars`` characters once written as a JSON string (escapes counted), if given.
+    """The pack as Markdown of at most ``budget_tokens × 4`` characters, and at most
+    ``json_chars`` characters once written as a JSON string (escapes counted), if given.
 
     A title, then one ``##`` section per non-empty facet (in facet order) with one bullet per item
     (name, id, type, lifecycle when not active, and ``spans[item.id]``, the spans its text comes
@@ -390,8 +389,6 @@ def render_markdown(
     query words): each text shows its query-focused excerpt rather than its opening.
     """
     limit = budget_tokens * policy.CHARS_PER_TOKEN
-    if max_chars is not None:
-        limit = max(0, min(limit, max_chars))
     if json_chars is not None:
         json_chars = max(0, json_chars)
 
@@ -800,7 +797,7 @@ async def context_pack(
         elif hit.parent_id is not None:  # a passage: the stretch of it the goal's words are in
             texts[hit.id] = excerpt(hit.content_prefix, weighted, policy.CONTEXT_TEXT_CHARS)
         else:  # a memory whose matching spans are all items (or none matches): its opening
-            openings[hit.id] = hit.content_prefix[: policy.CONTEXT_TEXT_CHARS]
+            openings[hit.id] = hit.content_prefix
         item = ContextItem(
             id=fields["id"],
             type=fields["type"],

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["excerpt", "excerpt_at", "excerpt_of", "matches"]
+__all__ = ["excerpt", "excerpt_at", "matches"]
 
 _LEAD = 0.25
 """How far before its first match (a share of ``chars``) a window may start to take in the start
@@ -25,19 +25,20 @@ def _stem(word: str) -> str:
     return (word if len(word) <= 4 else word[: max(4, len(word) - 2)]).casefold()
 
 
-def _pattern(word: str) -> re.Pattern[str]:
-    return re.compile(r"(?<!\w)" + re.escape(_stem(word)), re.IGNORECASE)
+def _pattern(stem: str) -> re.Pattern[str]:
+    return re.compile(r"(?<!\w)" + re.escape(stem), re.IGNORECASE)
 
 
 def matches(text: str, words: Sequence[tuple[str, float]]) -> list[tuple[int, int, float]]:
     """(position, word number, weight) of every query-word occurrence in ``text``, by position
-    (what :func:`excerpt_of` takes, to cut one text at several lengths)."""
+    (what :func:`excerpt_at` takes, to cut one text at several lengths)."""
     found: list[tuple[int, int, float]] = []
     folded = text.casefold()  # a word whose stem is nowhere in it is not scanned for
     for n, (word, weight) in enumerate(words):
-        if not word.strip() or _stem(word) not in folded:
+        stem = _stem(word)
+        if not word.strip() or stem not in folded:
             continue
-        for m in _pattern(word).finditer(text):
+        for m in _pattern(stem).finditer(text):
             found.append((m.start(), n, weight))
     found.sort()
     return found
@@ -64,17 +65,12 @@ def excerpt(text: str, words: Sequence[tuple[str, float]], chars: int) -> str:
     weight > 0) pairs, as :func:`app.domain.terms.words` gives them."""
     if len(text) <= chars:
         return text
-    return excerpt_of(text, matches(text, words) if chars > 3 else [], chars)
-
-
-def excerpt_of(text: str, found: Sequence[tuple[int, int, float]], chars: int) -> str:
-    """:func:`excerpt` of ``text`` given its :func:`matches`."""
-    return excerpt_at(text, found, chars)[1]
+    return excerpt_at(text, matches(text, words) if chars > 3 else [], chars)[1]
 
 
 def excerpt_at(text: str, found: Sequence[tuple[int, int, float]], chars: int) -> tuple[int, str]:
-    """:func:`excerpt_of`, with where in ``text`` the excerpt starts (its first character
-    after a leading ``...``)."""
+    """:func:`excerpt` of ``text`` given its :func:`matches`, with where in ``text`` the excerpt
+    starts (its first character after a leading ``...``)."""
     if len(text) <= chars:
         return 0, text
     if chars <= 3:
