@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import make_engine, statement_engine
 from app.domain.keys import create_key, revoke_key
-from tests.builders import make_key
+from tests.builders import import_dicts, make_key
 from tests.world import World
 
 
@@ -131,13 +131,19 @@ async def test_a_dead_pooled_connection_is_replaced_without_a_ping(database_url:
     w = World().entity("a").entity("b").edge("a", "RELATED_TO", "b")
     key = await w.load(own)
     writer = await make_key(own, w.user, scopes=("read", "write"))
+    admin_user = f"user_admin_{w.org}"
+    await import_dicts(
+        own, [{"kind": "user", "id": admin_user, "org": w.org, "handle": "adm", "role": "admin"}]
+    )
+    admin_key = await make_key(own, admin_user, scopes=("read", "admin"))
     app = create_app(own)
     transport = httpx.ASGITransport(app=app)
     body = {"entity_ids": ["a"]}
     memory = {"type": "note", "name": "n", "content": "c", "project": "proj"}
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            for surface in ("read", "write"):
+            # every route that reads the database: a verb, a write, readiness, an admin route
+            for surface in ("read", "write", "ready", "admin"):
                 r = await client.post("/api/search/expand", json=body, headers=auth(key))
                 assert r.status_code == 200
                 # the pool now holds idle connections; end their backends, as a restart would
@@ -155,9 +161,15 @@ async def test_a_dead_pooled_connection_is_replaced_without_a_ping(database_url:
                     r = await client.post("/api/search/expand", json=body, headers=auth(key))
                     assert r.status_code == 200, r.text
                     assert [n["id"] for n in r.json()["neighbors"]] == ["b"]
-                else:
+                elif surface == "write":
                     r = await client.post("/api/entities", json=memory, headers=auth(writer))
                     assert r.status_code == 201, r.text
+                elif surface == "ready":
+                    r = await client.get("/readyz")
+                    assert (r.status_code, r.json()) == (200, {"status": "ready"}), r.text
+                else:
+                    r = await client.get("/api/admin/doctor", headers=auth(admin_key))
+                    assert r.status_code == 200, r.text
     finally:
         await own.dispose()
 

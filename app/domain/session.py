@@ -185,12 +185,13 @@ async def admin_for_key(engine: AsyncEngine, key: str | None) -> Reader:
     before anything else of a request is read (its query or body), so anyone else gets
     ``NotFound("Not found")`` whatever they sent and a malformed request tells them no more than
     a clean one (a breaker told the explain route apart by its 401/422 answers to bad
-    parameters). Database faults raise ``Unavailable``."""
-    try:
-        async with read_tx(engine) as conn:
-            return require_admin(await reader_by_key(conn, key=key) if key else None)
-    except FAULTS as error:
-        raise_fault(error)
+    parameters). Database faults raise ``Unavailable``; a dead pooled connection is replaced and
+    the check run once more (:func:`run_snapshot`), as for every read verb."""
+
+    async def check(conn: AsyncConnection) -> Reader:
+        return require_admin(await reader_by_key(conn, key=key) if key else None)
+
+    return await run_snapshot(engine, check)
 
 
 async def run_read(
@@ -271,18 +272,26 @@ NOT_READY_SCHEMA = "database schema is not at the newest migration"
 async def readiness(engine: AsyncEngine) -> str | None:
     """Why the service cannot serve from ``engine``'s database yet (:data:`NOT_READY_UNREACHABLE`
     or :data:`NOT_READY_SCHEMA`), or None when it can: the database answers and its schema is at
-    the newest migration (``/readyz``, and ``sibyl-pg serve``'s warning at start)."""
+    the newest migration (``/readyz``, and ``sibyl-pg serve``'s warning at start). A pooled
+    connection found dead (the server restarted) is replaced and asked once more, so the first
+    probe after a restart does not call a serving database unreachable."""
     from app.core.migrations import head_revision
 
-    try:
-        async with engine.connect() as conn:
-            current = (
-                await conn.execute(
-                    text("/* sibyl:readyz */ SELECT version_num FROM alembic_version")
-                )
-            ).scalar()
-    except Exception as error:
-        if not schema_missing(error):
-            return NOT_READY_UNREACHABLE
-        current = None  # the database answers, but nobody migrated it
+    current: str | None = None
+    for attempt in (1, 2):
+        try:
+            async with engine.connect() as conn:
+                current = (
+                    await conn.execute(
+                        text("/* sibyl:readyz */ SELECT version_num FROM alembic_version")
+                    )
+                ).scalar()
+            break
+        except Exception as error:
+            if attempt == 1 and _stale(error):
+                continue  # the pooled connection was dead (a restart): ask on a fresh one
+            if not schema_missing(error):
+                return NOT_READY_UNREACHABLE
+            current = None  # the database answers, but nobody migrated it
+            break
     return None if current == head_revision() else NOT_READY_SCHEMA
