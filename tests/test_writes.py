@@ -127,6 +127,29 @@ async def test_create_read_edit_delete_round_trip(engine, client):
     assert answer(await call(client, "DELETE", "/api/entities/adr_7", ann)) == NOT_FOUND
 
 
+async def test_head_is_get_without_its_body(engine, client):
+    """HEAD answers as GET (RFC 9110 §9.3.2): status, ETag and length, no body; a memory the
+    reader cannot read is the HEAD of one that does not exist; a route without GET stays 405."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    memory = {"id": "head_1", "type": "note", "name": "n", "content": "c", "project": "p1"}
+    assert (await call(client, "POST", "/api/entities", ann, json=memory)).status_code == 201
+    got = await call(client, "GET", "/api/entities/head_1", ann)
+    head = await call(client, "HEAD", "/api/entities/head_1", ann)
+    assert (head.status_code, head.content) == (200, b"")
+    assert head.headers["etag"] == got.headers["etag"] == '"1"'
+    assert head.headers["content-length"] == str(len(got.content))
+
+    hidden = await call(client, "HEAD", "/api/entities/hid", ann)
+    missing = await call(client, "HEAD", "/api/entities/no_such_memory", ann)
+    assert answer(await call(client, "GET", "/api/entities/hid", ann)) == NOT_FOUND
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.headers == missing.headers and hidden.content == missing.content == b""
+    assert (await call(client, "HEAD", "/api/entities/head_1", None)).status_code == 401
+    assert (await call(client, "HEAD", "/api/search", ann)).status_code == 405
+    assert (await call(client, "HEAD", "/readyz", None)).status_code == 200
+
+
 async def test_bad_input_is_400_with_the_reason(engine, client):
     t = await Team().load(engine)
     ann = await t.key(engine, "ann")

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
 from app.api.errors import invalid_payload
-from app.api.limits import ADMIN_PREFIX, BodyLimit, HiddenAdmin
+from app.api.limits import ADMIN_PREFIX, BodyLimit, HeadAsGet, HiddenAdmin
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
@@ -150,4 +150,5 @@ def create_app(
     mcp_lifespan = mount_mcp(app, settings=s)  # MCP over streamable HTTP at /mcp, same keys
     app.add_middleware(HiddenAdmin)  # /api/admin/...: a trailing slash is a 404, not a 307
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
+    app.add_middleware(HeadAsGet)  # HEAD is GET without its body (RFC 9110 §9.3.2)
     return app

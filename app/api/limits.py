@@ -1,4 +1,5 @@
-"""Request-body size limit (a pure ASGI middleware): larger bodies get 413 before any parsing."""
+"""ASGI middlewares of the REST surface: the request-body size limit (larger bodies get 413 before
+any parsing), hidden admin paths, HEAD answered as GET."""
 
 from __future__ import annotations
 
@@ -102,3 +103,38 @@ class HiddenAdmin:
             await JSONResponse({"detail": ADMIN_HIDDEN}, status_code=404)(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+HEAD_PATHS = ("/api/", "/healthz", "/readyz")
+"""Where ``HEAD`` is answered as ``GET`` (:class:`HeadAsGet`): every REST route and the probes,
+not ``/mcp``, whose ``GET`` opens a server-sent event stream."""
+
+
+class HeadAsGet:
+    """``HEAD`` answers as ``GET`` would, with the same status and headers (``ETag``,
+    ``Content-Length`` of the body it would send) and no body (RFC 9110 §9.3.2: a server that
+    answers ``GET`` answers ``HEAD``). FastAPI routes take only the methods they declare, so
+    ``HEAD /api/entities/{id}`` was a 405. The route, its key check and its read rule are the
+    ``GET`` route's own: a memory the reader cannot read is the same 404 as one that does not
+    exist. A path whose route takes no ``GET`` stays a 405 (or, under ``/api/admin``, the
+    admin routes' 404)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """ASGI entry point."""
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "HEAD"
+            or not scope.get("path", "").startswith(HEAD_PATHS)
+        ):
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, headers_only)
