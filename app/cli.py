@@ -589,7 +589,12 @@ def demo_keys(path: Path | None = None) -> Path:
 
     A ``read`` key per demo reader (``TYPING_READER_KEY``, ``PACKAGING_READER_KEY``,
     ``ORG_ADMIN_KEY``, ``OUTSIDER_KEY``) and ``TYPING_WRITER_KEY``, a ``read,write`` key of
-    :data:`DEMO_WRITER`'s user. Uses ``DATABASE_URL`` (else the embedded server)."""
+    :data:`DEMO_WRITER`'s user. Uses ``DATABASE_URL`` (else the embedded server).
+
+    A demo user that no longer exists (an admin deleted it) gets no key: its line in the file
+    becomes a comment saying so, a warning says how to bring it back, and the rest goes on
+    (``make run`` still serves)."""
+    from app.core.errors import NotFound
     from app.domain.keys import create_key
     from app.repo.readers import reader_by_key
 
@@ -615,17 +620,34 @@ def demo_keys(path: Path | None = None) -> Path:
                     if key and await reader_by_key(conn, key=key) is not None:
                         out[var] = key
                         continue
-                    _, out[var] = await create_key(conn, user_id=user, scopes=scopes, label="demo")
+                    try:
+                        _, out[var] = await create_key(
+                            conn, user_id=user, scopes=scopes, label="demo"
+                        )
+                    except NotFound:  # the user was deleted: no key, said below
+                        continue
         finally:
             await engine.dispose()
         return out
 
     keys = asyncio.run(go())
-    lines = [f"{var}={keys[var]}" for _, var, _ in wanted[:-1]]
+
+    def key_line(user: str, var: str) -> str:
+        if var in keys:
+            return f"{var}={keys[var]}"
+        typer.echo(
+            f"sibyl-pg: warning: the demo user {user} no longer exists, so {var} is not set"
+            " (create it again with `sibyl-pg admin user-create`, or start from a fresh"
+            " database)",
+            err=True,
+        )
+        return f"# {var}: the demo user {user} no longer exists"
+
+    lines = [key_line(user, var) for user, var, _ in wanted[:-1]]
     lines.append(
         f"# read,write key of {writer}, a contributor in {writer_project} (the README's writes)"
     )
-    lines.append(f"{writer_var}={keys[writer_var]}")
+    lines.append(key_line(writer, writer_var))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines))
     path.chmod(0o600)
