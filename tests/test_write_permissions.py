@@ -482,6 +482,20 @@ async def test_admin_routes(engine, client):
     r = await call(client, "DELETE", f"/api/admin/projects/p4/members/{zed}", adm)
     assert r.status_code == 204
     assert (await call(client, "DELETE", f"/api/admin/users/{t.u('adm')}", adm)).status_code == 403
+    # nor demote yourself (a trial lost every admin route that way); another admin may, and
+    # your own handle is yours to change
+    mine = f"/api/admin/users/{t.u('adm')}"
+    r = await call(client, "PATCH", mine, adm, json={"role": "member"})
+    assert answer(r) == (403, {"detail": "You cannot change your own role"})
+    assert (await call(client, "GET", "/api/admin/users", adm)).status_code == 200
+    r = await call(client, "PATCH", mine, adm, json={"role": "admin", "handle": "adm2"})
+    assert (r.status_code, r.json()["role"], r.json()["handle"]) == (200, "admin", "adm2")
+    r = await call(client, "PATCH", mine, own, json={"role": "member"})
+    assert (r.status_code, r.json()["role"]) == (200, "member")
+    assert answer(await call(client, "GET", "/api/admin/users", adm)) == (
+        404,
+        {"detail": "Not found"},
+    )
 
 
 def test_cli_keys_list_and_admin_commands(database_url):

@@ -114,11 +114,17 @@ async def update_user(
     conn: AsyncConnection, reader: Reader, user_id: str, body: UserPatch
 ) -> UserOut:
     """Change a user's handle or org role. ``NotFound`` outside the org; ``Forbidden`` above the
-    admin's rank (either the user's current role or the new one)."""
+    admin's rank (either the user's current role or the new one), and for a change of one's own
+    role: an admin who demoted themselves lost every admin route at once, with no way back but
+    the operator's CLI (a trial); another admin or owner, or the operator
+    (``sibyl-pg admin user-role``), changes it. One's own handle may change."""
     require_admin(reader)
-    _outranks(reader, await _user_role(conn, reader, user_id))
+    current = await _user_role(conn, reader, user_id)
+    _outranks(reader, current)
     if body.role is not None:
         _outranks(reader, body.role)
+        if user_id.strip() == reader.user_id and body.role != current:
+            raise Forbidden("You cannot change your own role")
     row = await repo.update_user(
         conn,
         org_id=reader.org_id,
