@@ -198,6 +198,21 @@ async def test_a_name_filter_lists_at_most_256_names(client, owner_key, path, fi
         assert (r.status_code, r.json()) == (400, {"detail": f"{field} may list at most 256 names"})
 
 
+async def test_expand_takes_at_most_256_seeds(client, owner_key):
+    """A trial sent 300,000 seeds and got a 3.3 MB answer echoing every id in ``unresolved``:
+    the seed list is bounded like every other list. 256 (the first 8 walked, the rest in
+    ``unresolved`` as §5 says) are an answer; 257 or 300,000 a 400 that says so, echoing none."""
+    headers = {"Authorization": f"Bearer {owner_key}"}
+    seeds = [f"no_such_{i}" for i in range(256)]
+    r = await client.post("/api/search/expand", json={"entity_ids": seeds}, headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.json()["unresolved"] == seeds and r.json()["filters"]["origin_limit"] == 8
+    for n in (257, 300_000):
+        ids = [f"no_such_{i}" for i in range(n)]
+        r = await client.post("/api/search/expand", json={"entity_ids": ids}, headers=headers)
+        assert (r.status_code, r.json()) == (400, {"detail": "entity_ids may list at most 256 ids"})
+
+
 def test_openapi_documents_the_one_error_body():
     spec = create_app().openapi()
     body = spec["components"]["schemas"]["ErrorBody"]

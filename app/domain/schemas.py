@@ -22,7 +22,8 @@ class ExpandRequest(_Request):
     """Input of ``expand_neighbors`` (contract §5)."""
 
     entity_ids: list[Any] = Field(
-        description=f"Seed ids (memories or passages); the first {policy.MAX_SEEDS} are walked.",
+        description=f"Seed ids (memories or passages); the first {policy.MAX_SEEDS} are walked, "
+        f"the rest returned in `unresolved` (at most {policy.MAX_NAMES}).",
         # Strings; anything else is refused by the domain as malformed (400, contract §5), not
         # as a wrong JSON type (422): the schema still says what to send.
         json_schema_extra={"items": {"type": "string"}},

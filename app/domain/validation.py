@@ -53,12 +53,16 @@ def clean_text(value: str, *, field: str) -> str:
 def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
     """Strip each seed and drop exact duplicates keeping order (§5).
 
-    Raises ``BadRequest`` for an empty list, a blank or non-string id, or one holding a NUL
-    character or a lone surrogate. Ids that cannot exist
+    Raises ``BadRequest`` for an empty list, a list of more than
+    :data:`app.domain.policy.MAX_NAMES` ids (as for every list of a request; §5 walks 8 and
+    returns the rest in ``unresolved``: a trial sent 300,000 and got back a 3.3 MB echo), a blank
+    or non-string id, or one holding a NUL character or a lone surrogate. Ids that cannot exist
     (outside the id alphabet) are kept: they simply do not resolve, like any absent id.
     """
     if len(entity_ids) == 0:
         raise BadRequest("entity_ids must name at least one entity")
+    if len(entity_ids) > policy.MAX_NAMES:
+        raise BadRequest(f"entity_ids may list at most {policy.MAX_NAMES} ids")
     seen: set[str] = set()
     out: list[str] = []
     for raw in entity_ids:
