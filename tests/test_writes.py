@@ -150,6 +150,25 @@ async def test_head_is_get_without_its_body(engine, client):
     assert (await call(client, "HEAD", "/readyz", None)).status_code == 200
 
 
+async def test_patch_null_is_refused_where_null_means_nothing(engine, client):
+    """``{"content": null}`` answered 200 and changed nothing (a trial expected the body
+    cleared): null is a 422 naming the field for every field that has no null, and nothing
+    changes; ``""`` empties the body; ``project: null`` still takes a memory out of its project."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    memory = {"id": "nul_1", "type": "note", "name": "n", "content": "body", "project": "p1"}
+    assert (await call(client, "POST", "/api/entities", ann, json=memory)).status_code == 201
+    for field in ("type", "name", "content", "scope", "lifecycle", "metadata"):
+        r = await call(client, "PATCH", "/api/entities/nul_1", ann, json={field: None})
+        assert r.status_code == 422, (field, r.text)
+        assert [e["loc"] for e in r.json()["errors"]] == [["body", field]]
+        assert "leave the field out" in r.json()["errors"][0]["msg"]
+    got = (await call(client, "GET", "/api/entities/nul_1", ann)).json()
+    assert (got["revision"], got["content"], got["name"]) == (1, "body", "n")
+    r = await call(client, "PATCH", "/api/entities/nul_1", ann, json={"content": ""})
+    assert (r.status_code, r.json()["content"], r.json()["revision"]) == (200, "", 2)
+
+
 async def test_bad_input_is_400_with_the_reason(engine, client):
     t = await Team().load(engine)
     ann = await t.key(engine, "ann")

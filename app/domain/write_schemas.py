@@ -14,7 +14,15 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
 
 Scope = Literal["project", "private", "org"]
 Lifecycle = Literal["active", "superseded", "retired"]
@@ -128,6 +136,20 @@ class EntityPatch(_Request):
     lifecycle: Lifecycle | None = None
     metadata: JsonObject | None = None
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
+
+    @field_validator("type", "name", "content", "scope", "lifecycle", "metadata", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        """``null`` is no value of these fields (422): it used to be taken as "absent" and the
+        field kept, so ``{"content": null}`` answered 200 and cleared nothing (a trial). Leave a
+        field out to keep it; ``""`` empties ``content``, ``{}`` ``metadata``. (``project: null``
+        means "no project", and ``spans: null`` "cut by the service".)"""
+        if value is None:
+            raise ValueError(NOT_NULL)
+        return value
+
+
+NOT_NULL = "null is not a value of this field: leave the field out to keep its value"
 
 
 class EntityOut(BaseModel):
