@@ -137,6 +137,28 @@ async def test_only_the_owner_may_make_a_memory_private(engine, client):
     assert (await call(client, "GET", "/api/entities/n1", keys["ann"])).status_code == 200
     assert (await call(client, "GET", "/api/entities/n1", keys["bob"])).status_code == 404
 
+    # a memory imported without an owner has nobody to make it private: an org admin who could
+    # edit it became its owner that way and took it from every other reader (a breaker's trial)
+    await import_dicts(
+        engine,
+        [
+            {
+                "kind": "entity",
+                "org": t.org,
+                "id": "nobodys",
+                "type": "note",
+                "name": "x",
+                "content": "team",
+                "project": "p1",
+                "scope": "project",
+            }
+        ],
+    )
+    r = await call(client, "PATCH", "/api/entities/nobodys", keys["adm"], json={"scope": "private"})
+    assert answer(r) == refused
+    got = await call(client, "GET", "/api/entities/nobodys", keys["bob"])
+    assert (got.status_code, got.json()["scope"], got.json()["owner_id"]) == (200, "project", None)
+
 
 async def test_a_contributor_may_edit_but_not_move_a_colleagues_memory(engine, client):
     """Moving a project memory out of its project changes who reads it: a contributor who does

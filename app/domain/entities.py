@@ -211,17 +211,11 @@ async def update_entity(
     else:
         project_id = stored.project_id
     _check_scope(scope, project_id)
-    if (
-        scope == "private"
-        and stored.scope != "private"
-        and stored.owner_id
-        not in (
-            None,
-            reader.user_id,
-        )
-    ):
+    if scope == "private" and stored.scope != "private" and stored.owner_id != reader.user_id:
         # Made private, it would be readable by its owner (and grantees) only: an editor who is
-        # not the owner would change it and lose it in the same breath. Refused, with why.
+        # not the owner would change it and lose it in the same breath. Refused, with why. A
+        # memory imported without an owner has none to make it private: an editor who did so
+        # became its owner and took it from every other reader (a breaker's trial).
         raise Forbidden(PRIVATE_BY_OWNER)
     owner_id = (stored.owner_id or reader.user_id) if scope == "private" else stored.owner_id
     if (scope, project_id) != (stored.scope, stored.project_id):
