@@ -25,6 +25,7 @@ from app.cli import cli
 from app.core.db import statement_engine
 from app.core.settings import get_settings
 from app.domain.explain import STATEMENT_SHAPES, explain_for_user
+from app.domain.permissions import LACKS_READ
 from tests.builders import import_dicts, make_key
 from tests.world import World
 
@@ -240,6 +241,22 @@ async def test_a_verb_that_answers_404_still_shows_what_it_ran(engine, world):
     report = await explain_for_user(engine, world.user, "slice", {"entity_id": "nothing_here"})
     assert report.outcome == "404 Entity not found"
     assert [s.name for s in report.statements] == ["sibyl:fetch_slice.target"]
+
+
+async def test_an_admin_key_without_read_explains_nothing(engine, client, world, keys):
+    """Explain runs the verb it explains: an ``admin``-only key ranked searches and told
+    readable memories from absent ones through it (a breaker's trial). It now gets 403 for every
+    verb; the pair: the same admin's read,admin key explains."""
+    admin_only = await make_key(engine, f"user_admin_{world.org}", scopes=("admin",))
+    for verb in ("expand", "slice", "search"):
+        r = await client.post(
+            f"/api/admin/explain/{verb}", json=BODIES[verb], headers=_auth(admin_only)
+        )
+        assert (r.status_code, r.json()) == (403, {"detail": LACKS_READ}), verb
+        r = await client.post(
+            f"/api/admin/explain/{verb}", json=BODIES[verb], headers=_auth(keys["admin"])
+        )
+        assert r.status_code == 200, verb
 
 
 async def test_admin_route_is_a_404_for_everyone_else(client, world, keys):

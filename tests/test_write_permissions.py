@@ -15,6 +15,7 @@ from mcp import Client
 from sqlalchemy import text
 
 from app.domain.directory import KEYS_FOR_OTHERS
+from app.domain.permissions import LACKS_READ
 from app.mcp.server import build_mcp, fixed_key
 from app.repo.readers import hash_key
 from tests.builders import make_key
@@ -234,8 +235,16 @@ async def test_grants_by_the_owner_and_by_admins(engine, client):
     # a grantee reads but may not share further, or write
     r = await call(client, "PUT", f"/api/entities/mine/grants/{t.u('out')}", vic)
     assert r.status_code == 403
+    # the admin grant routes look memories up through the admin's read rule: an admin-only key
+    # gets 403 whether or not the memory exists (an admin-only key told them apart: a breaker)
+    admin_only = await t.key(engine, "adm", scopes=("admin",))
+    for memory in ("n1", "mine", "no_such_memory"):
+        url = f"/api/admin/entities/{memory}/grants"
+        for method, path in (("GET", url), ("PUT", f"{url}/{t.u('adm')}"), ("DELETE", f"{url}/x")):
+            r = await call(client, method, path, admin_only)
+            assert answer(r) == (403, {"detail": LACKS_READ}), (method, path)
     # an org admin cannot grant (even themselves) what they cannot read
-    admin = await t.key(engine, "adm", scopes=("admin",))
+    admin = await t.key(engine, "adm", scopes=("read", "admin"))
     r = await call(client, "PUT", f"/api/admin/entities/mine/grants/{t.u('adm')}", admin)
     assert answer(r) == NOT_FOUND
     assert answer(await call(client, "GET", "/api/entities/mine", adm)) == NOT_FOUND
@@ -298,6 +307,30 @@ async def test_read_only_keys_cannot_write_on_rest(engine, client):
     assert (await call(client, "POST", "/api/entities", None, json=note())).status_code == 401
     assert await counts(engine, t.org) == before
     assert await snapshot(engine, t.org) == state
+
+
+async def test_a_write_only_key_cannot_read_through_an_edit(engine, client):
+    """An edit answers with the whole memory: a ``write``-only key read every memory it could
+    edit with an empty ``PATCH`` (REST) or ``remember`` (MCP), a breaker's trial. Now an edit
+    needs ``read`` too: 403 before the memory is looked up (the same for one that does not
+    exist); the pair: a read,write key's empty PATCH answers the memory. Creating still works
+    (its answer holds only what was sent)."""
+    t = await Team().load(engine)
+    write_only = await t.key(engine, "ann", scopes=("write",))
+    read_write = await t.key(engine, "ann")
+    state = await snapshot(engine, t.org)
+    for memory in ("n1", "no_such_memory"):
+        r = await call(client, "PATCH", f"/api/entities/{memory}", write_only, json={})
+        assert answer(r) == (403, {"detail": LACKS_READ}), memory
+    async with Client(build_mcp(lambda: engine, fixed_key(write_only))) as mcp:
+        for memory in ("n1", "no_such_memory"):
+            result = await mcp.call_tool("remember", {"entity_id": memory, "name": "x"})
+            assert result.is_error and result.content[0].text == LACKS_READ, memory
+    assert await snapshot(engine, t.org) == state
+    r = await call(client, "PATCH", "/api/entities/n1", read_write, json={})
+    assert r.status_code == 200 and r.json()["id"] == "n1" and r.json()["content"]
+    r = await call(client, "POST", "/api/entities", write_only, json=note(project="p1"))
+    assert r.status_code == 201, r.text
 
 
 async def test_read_only_keys_cannot_write_on_mcp(engine):

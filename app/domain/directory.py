@@ -246,8 +246,10 @@ async def remove_member(
 
 
 async def list_grants(conn: AsyncConnection, reader: Reader, entity_id: str) -> list[GrantOut]:
-    """The grants of a memory the admin can read (else ``NotFound("Entity not found")``)."""
+    """The grants of a memory the admin can read (else ``NotFound("Entity not found")``); a key
+    without ``read`` gets 403 (:func:`app.domain.permissions.require_read_scope`)."""
     require_admin(reader)
+    permissions.require_read_scope(reader)
     found = await permissions.load_targets(conn, reader, [entity_id.strip()], lock="share")
     if entity_id.strip() not in found:
         raise NotFound()
@@ -260,8 +262,10 @@ async def admin_grant(
 ) -> GrantOut:
     """Grant read access to a memory the admin owns, or revoke a grant on a memory the admin can
     read themselves (:func:`app.domain.entities.set_grant`: only an owner widens a memory's
-    readers, and nobody revokes what they cannot read)."""
+    readers, and nobody revokes what they cannot read). Both look the memory up through the
+    admin's read rule, so a key without ``read`` gets 403, whether or not the memory exists."""
     require_admin(reader)
+    permissions.require_read_scope(reader)
     await set_grant(conn, reader, entity_id, user_id, granted=granted, as_admin=True)
     return GrantOut(entity_id=entity_id.strip(), user_id=user_id.strip())
 

@@ -196,6 +196,7 @@ async def update_entity(
     :func:`permissions.check_placement`). Raises ``NotFound``, ``Forbidden``,
     ``PreconditionFailed`` (If-Match does not name the current revision) and ``BadRequest``.
     """
+    permissions.require_read_scope(reader)  # the answer is the whole memory
     target = await permissions.writable_target(conn, reader, entity_id, lock="no_key_update")
     if if_match is not None and target.revision not in if_match:
         raise PreconditionFailed("The memory has changed: its revision is not the If-Match one")

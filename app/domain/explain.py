@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import DomainError, NotFound
 from app.core.settings import Settings, get_settings
-from app.domain.permissions import ADMIN_HIDDEN, require_admin
+from app.domain.permissions import ADMIN_HIDDEN, require_admin, require_read_scope
 from app.domain.reader import Reader
 from app.domain.session import FAULTS, raise_fault
 from app.repo import explain as explain_repo
@@ -216,7 +216,8 @@ async def explain_for_key(
 
     A missing, unknown or revoked key, a key without the ``admin`` scope, a key of a user who is
     not an org owner or admin, a project-restricted key and an unknown verb all
-    raise the same ``NotFound("Not found")``: the route does not exist for anyone else.
+    raise the same ``NotFound("Not found")``: the route does not exist for anyone else. An
+    admin key without ``read`` gets ``Forbidden`` (403): the route runs the read verb it explains.
     Database faults (including the statement timeout) raise ``Unavailable`` (503).
 
     No plan unless ``SIBYL_REST_EXPLAIN=measured``: PostgreSQL counts, times and estimates a
@@ -234,6 +235,7 @@ async def explain_for_key(
         async with explain_repo.rolled_back_read(engine) as conn:
             # the rule of every /api/admin route: an org owner's or admin's unrestricted admin key
             reader = require_admin(await reader_by_key(conn, key=key) if key else None)
+            require_read_scope(reader)  # it runs the read verb it explains
             return await explain(
                 conn,
                 reader,

@@ -60,6 +60,22 @@ def is_org_admin(reader: Reader) -> bool:
 
 
 ADMIN_SCOPE = "admin"
+READ_SCOPE = "read"
+LACKS_READ = "This key lacks the 'read' scope"
+
+
+def require_read_scope(reader: Reader) -> None:
+    """``Forbidden(LACKS_READ)`` (403) unless ``reader``'s key holds the ``read`` scope: for a
+    verb reached through another scope that answers with what its reader reads. An edit answers
+    with the whole memory (a ``write``-only key read any memory it could edit with an empty
+    ``PATCH``), an admin's explain runs the read verb it explains and its grant list tells which
+    memories the admin reads (an ``admin``-only key ranked searches through explain): a
+    breaker's trial. Checked before the target is looked up, so the answer is the same whether
+    or not it exists."""
+    if READ_SCOPE not in reader.scopes:
+        raise Forbidden(LACKS_READ)
+
+
 ADMIN_HIDDEN = "Not found"
 
 
