@@ -23,6 +23,7 @@ from pydantic import (
     StrictStr,
     field_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 Scope = Literal["project", "private", "org"]
 Lifecycle = Literal["active", "superseded", "retired"]
@@ -121,6 +122,16 @@ class EntityCreate(_Request):
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
 
 
+def _drop_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def _absent() -> Any:
+    """A field whose absence keeps the stored value: ``None`` inside, no default and no null in
+    the JSON schema (null is refused by the model's validator)."""
+    return Field(default=None, json_schema_extra=_drop_default)
+
+
 class EntityPatch(_Request):
     """``PATCH /api/entities/{id}``: the fields to change; an absent field keeps its value.
 
@@ -128,13 +139,15 @@ class EntityPatch(_Request):
     object. Changing ``scope`` to ``org`` drops the project (an org memory has none).
     """
 
-    type: StrictStr | None = None
-    name: StrictStr | None = None
-    content: StrictStr | None = None
-    scope: Scope | None = None
+    # Absent is the default, but null is no value (``_not_null``), so the OpenAPI schema offers
+    # neither null nor a null default (a schema-driven client sent null and got a 422).
+    type: StrictStr | SkipJsonSchema[None] = _absent()
+    name: StrictStr | SkipJsonSchema[None] = _absent()
+    content: StrictStr | SkipJsonSchema[None] = _absent()
+    scope: Scope | SkipJsonSchema[None] = _absent()
     project: StrictStr | None = None
-    lifecycle: Lifecycle | None = None
-    metadata: JsonObject | None = None
+    lifecycle: Lifecycle | SkipJsonSchema[None] = _absent()
+    metadata: JsonObject | SkipJsonSchema[None] = _absent()
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
 
     @field_validator("type", "name", "content", "scope", "lifecycle", "metadata", mode="before")
