@@ -43,6 +43,7 @@ QUESTION_SETS = (
     ("heldout4", PROJECT_ROOT / "eval" / "heldout4.jsonl"),
     ("heldout5", PROJECT_ROOT / "eval" / "heldout5.jsonl"),
     ("heldout6", PROJECT_ROOT / "eval" / "heldout6.jsonl"),
+    ("heldout7", PROJECT_ROOT / "eval" / "heldout7.jsonl"),
 )
 
 
