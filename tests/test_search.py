@@ -712,3 +712,108 @@ async def test_filters_say_which_words_the_full_text_lane_used(engine, client):
     r = await call(client, "POST", "/api/search", ann, json={"query": "The zebra of Kelp"})
     assert r.status_code == 200, r.text
     assert sorted(r.json()["filters"]["words"]) == ["kelp", "zebra"]
+
+
+# --- the best result's strongest typed neighbour follows it (issue 12) --------------------------
+
+
+def _graph_world(org: str, sfx: str, *, omit: str | None = None) -> list[dict]:
+    """``old`` matches the query best; ``succ`` supersedes it and ``dep`` is what it depends on
+    (neither holds the query's words); ``weak`` is linked to ``old`` only by RELATED_TO;
+    ``hidden_dep`` (a DEPENDS_ON neighbour in the private project p1, which only ann reads)
+    has the smallest id of the 0.98 neighbours, so ann gets it and eve gets ``dep``."""
+    records = [
+        *_open_org(sfx, org, {"ann": "member", "eve": "member"}),
+        {"kind": "member", "project": "p1", "user": f"user_ann_{sfx}", "role": "contributor"},
+        _ent(org, sfx, "old", "Widget cache", "widget cache eviction " * 5),
+        *(
+            _ent(org, sfx, f"other_{i}", f"Other {i}", "widget " * (i + 1) + "cache")
+            for i in range(4)
+        ),
+        _ent(org, sfx, "succ", "Replacement plan", "the new approach"),
+        _ent(org, sfx, "dep", "Storage layer", "where bytes live"),
+        _ent(org, sfx, "a_hidden_dep", "Closed storage", "where secret bytes live", project="p1"),
+        _ent(org, sfx, "weak", "Loosely related", "a thought"),
+        {"kind": "edge", "org": org, "src": "succ", "dst": "old", "relationship": "SUPERSEDES"},
+        {"kind": "edge", "org": org, "src": "old", "dst": "dep", "relationship": "DEPENDS_ON"},
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "old",
+            "dst": "a_hidden_dep",
+            "relationship": "DEPENDS_ON",
+        },
+        {"kind": "edge", "org": org, "src": "old", "dst": "weak", "relationship": "RELATED_TO"},
+    ]
+    dropped = {omit} if omit else set()
+    return [
+        r
+        for r in records
+        if r.get("id") not in dropped and dropped.isdisjoint({r.get("src"), r.get("dst")})
+    ]
+
+
+async def _graph_keys(engine, omit: str | None = None) -> dict[str, str]:
+    sfx, org = secrets.token_hex(3), "org_promo_" + secrets.token_hex(4)
+    await import_dicts(engine, _graph_world(org, sfx, omit=omit))
+    keys = {n: await make_key(engine, f"user_{n}_{sfx}") for n in ("ann", "eve")}
+    return {**keys, "org": org}
+
+
+async def test_the_best_results_strongest_typed_neighbour_is_listed_right_after_it(engine, client):
+    keys = await _graph_keys(engine)
+    got = await _search(client, keys["eve"], query="widget cache eviction", limit=10)
+    ids = [r["id"] for r in got["results"]]
+    # DEPENDS_ON (0.98) outranks SUPERSEDES (0.95): the dependency follows its dependent, and
+    # the other matches keep their order behind it; the successor and the weak link are not
+    # promoted (one neighbour, and RELATED_TO is no strong relationship)
+    assert ids[:2] == ["old", "dep"], ids
+    assert ids[2:] == [f"other_{i}" for i in (3, 2, 1, 0)], ids
+    first, second = got["results"][:2]
+    assert second["metadata"]["match"]["promoted_by"] == {
+        "id": "old",
+        "relationship": "DEPENDS_ON",
+        "direction": "outgoing",
+    }
+    assert second["score"] == first["score"]
+    assert "promoted_by" not in first["metadata"]["match"]
+    # a page is a slice of that one order
+    page = await _search(client, keys["eve"], query="widget cache eviction", limit=1, offset=1)
+    assert [r["id"] for r in page["results"]] == ["dep"] and page["has_more"] is True
+    # the filters apply to the neighbour as to every result: no decision-typed one for notes
+    notes = await _search(client, keys["eve"], query="widget cache eviction", types=["note"])
+    assert notes["results"] == []
+
+
+async def test_a_superseded_memory_is_followed_by_its_successor(engine, client):
+    keys = await _graph_keys(engine, omit="dep")
+    got = await _search(client, keys["eve"], query="widget cache eviction")
+    assert [r["id"] for r in got["results"]][:2] == ["old", "succ"]
+    assert got["results"][0]["lifecycle"] == "superseded"
+    assert got["results"][1]["metadata"]["match"]["promoted_by"] == {
+        "id": "old",
+        "relationship": "SUPERSEDES",
+        "direction": "incoming",
+    }
+    # a retired successor is never a result, promoted or not
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE entities SET lifecycle = 'retired' WHERE org_id = :o AND id = 'succ'"),
+            {"o": keys["org"]},
+        )
+    retired = await _search(client, keys["eve"], query="widget cache eviction")
+    assert "succ" not in [r["id"] for r in retired["results"]]
+
+
+async def test_a_hidden_neighbour_is_passed_over_exactly_as_an_absent_one(engine, client):
+    full = await _graph_keys(engine)
+    control = await _graph_keys(engine, omit="a_hidden_dep")
+    # allowed: ann reads p1, so the hidden dependency (smallest id at weight 0.98) is hers
+    ann = await _search(client, full["ann"], query="widget cache eviction")
+    assert [r["id"] for r in ann["results"]][:2] == ["old", "a_hidden_dep"]
+    # denied: eve sees byte for byte what she sees where it does not exist
+    for query, extra in (("widget cache eviction", {}), ("widget", {"limit": 3, "offset": 1})):
+        got = await _search(client, full["eve"], query=query, **extra)
+        want = await _search(client, control["eve"], query=query, **extra)
+        assert json.dumps(got) == json.dumps(want)
+        assert "a_hidden_dep" not in json.dumps(got)

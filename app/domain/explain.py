@@ -41,8 +41,9 @@ HIDDEN = ADMIN_HIDDEN
 # search: sibyl:search.weights (the reader's word statistics, issue 12; skipped for a query with
 # no word), sibyl:search.unheld_words (only with the fallback weights and a word the English
 # table does not know), sibyl:search.candidates, sibyl:search.focus (the best memories' spans;
-# skipped when nothing matched), sibyl:search.hits (skipped for an empty page).
-STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 5}
+# skipped when nothing matched), sibyl:search.promote (the best result's strongest typed
+# neighbour; skipped when nothing matched), sibyl:search.hits (skipped for an empty page).
+STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 6}
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,8 @@ __all__ = [
     "match_metadata",
     "normalize_lifecycles",
     "normalize_query",
+    "promote",
+    "promotion_of",
     "rerank",
     "rrf_score",
     "search",
@@ -106,6 +108,16 @@ EXACT = "exact"
 
 
 @dataclass(frozen=True)
+class Promotion:
+    """How a promoted result is linked to the best result: the best result's memory id and the
+    hop from it (``relationship``, ``direction`` ``outgoing`` or ``incoming``)."""
+
+    id: str
+    relationship: str
+    direction: str
+
+
+@dataclass(frozen=True)
 class Ranked:
     """A candidate with its rank in each lane it is in (1 = best) and its fused score.
 
@@ -121,6 +133,8 @@ class Ranked:
     score: float
     span_rank: float | None = None
     """The BM25 score of the memory's best span, when :func:`rerank` scored its spans."""
+    promoted_by: Promotion | None = None
+    """Set when :func:`promote` listed it right after the best result (its neighbour)."""
 
     @property
     def memory_id(self) -> str:
@@ -247,6 +261,92 @@ def rerank(
     return out
 
 
+def promote(
+    folded: list[tuple[Ranked, list[str]]], neighbor: Ranked, promotion: Promotion
+) -> list[tuple[Ranked, list[str]]]:
+    """``folded`` with ``neighbor`` (a memory one strong hop from the first entry's memory)
+    listed second: taken from where it was (its collapsed hits kept), or added when no lane
+    found it, with the first entry's score (a tie the order breaks: it follows its source) and
+    ``promoted_by`` set. Why: in a graph of decisions, what the best match depends on or was
+    superseded by is the next thing a reader needs, and its own words often match the query
+    only weakly (issue 12: "What replaced X, and ...?", "X requires which PEP?")."""
+    if not folded:
+        return folded
+    first = folded[0][0]
+    rest = [e for e in folded[1:] if e[0].memory_id != neighbor.memory_id]
+    found = [e for e in folded[1:] if e[0].memory_id == neighbor.memory_id]
+    base, collapsed = found[0] if found else (neighbor, [])
+    moved = Ranked(
+        id=base.id,
+        parent_id=base.parent_id,
+        type=base.type,
+        lanes=base.lanes,
+        text_rank=base.text_rank,
+        score=first.score,
+        span_rank=base.span_rank,
+        promoted_by=promotion,
+    )
+    return [folded[0], (moved, collapsed), *rest]
+
+
+def promotion_arms() -> list[tuple[str, float, bool]]:
+    """The hops :func:`promotion_of` takes, strongest first: ``(relationship, §4 weight,
+    outgoing?)`` for every stored relationship of weight ≥
+    :data:`~app.domain.policy.SEARCH_PROMOTE_MIN_WEIGHT` (0.90: DECIDES, DEPENDS_ON, REQUIRES,
+    BLOCKS, SUPERSEDES, SUPPORTS, VALIDATED_BY, USES_PROCEDURE, IMPLEMENTED) in each direction
+    a default walk follows it (§4: SUPERSEDES incoming only, so from a superseded memory to its
+    successor; DEPENDS_ON both ways; DECIDES, REQUIRES, SUPPORTS outgoing only)."""
+    rules = policy.hop_rules(None)
+    arms = [
+        (rel, p.weight, outgoing)
+        for rel, p in policy.RELATIONSHIPS.items()
+        if p.weight >= policy.SEARCH_PROMOTE_MIN_WEIGHT
+        and rel not in (policy.MENTIONS, policy.SHARES_COMMUNITY)
+        for outgoing in (True, False)
+        if rules.allows(rel, outgoing=outgoing)
+    ]
+    return sorted(arms, key=lambda a: (-a[1], a[0], not a[2]))
+
+
+PROMOTION_ARMS = promotion_arms()
+
+
+async def promotion_of(
+    conn: AsyncConnection,
+    reader: Reader,
+    memory_id: str,
+    *,
+    types: list[str] | None,
+    lifecycles: list[str],
+    project: str | None,
+) -> tuple[Ranked, Promotion] | None:
+    """The neighbour of ``memory_id`` that :func:`promote` lists after it: its first one-hop
+    neighbour over :data:`PROMOTION_ARMS` in a depth-1 walk's answer order (highest weight,
+    then id) that passes the request's filters (lifecycle, types, project), one statement
+    (``sibyl:search.promote``). Only memories ``reader`` may read are walked to, through the
+    one read rule, so a hidden neighbour is passed over exactly as an absent one is. None when
+    there is none."""
+    found = await search_repo.promoted(
+        conn,
+        reader_params=reader.params(),
+        memory=memory_id,
+        arms=PROMOTION_ARMS,
+        lifecycles=lifecycles,
+        types=types,
+        project=project,
+    )
+    if found is None:
+        return None
+    ranked = Ranked(
+        id=found.id, parent_id=None, type=found.type, lanes={}, text_rank=None, score=0.0
+    )
+    return ranked, Promotion(
+        id=memory_id,
+        relationship=found.relationship,
+        direction="outgoing" if found.outgoing else "incoming",
+    )
+
+
 def fold(ranked: list[Ranked]) -> list[tuple[Ranked, list[str]]]:
     """One entry per memory: its best-ranked hit (the memory or one of its passages), with the
     ids of its other hits, best first. Order is the order of each memory's best hit."""
@@ -365,6 +465,12 @@ def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
     out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in lanes}
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
     out["span_rank"] = None if ranked.span_rank is None else round(ranked.span_rank, 6)
+    if ranked.promoted_by is not None:
+        out["promoted_by"] = {
+            "id": ranked.promoted_by.id,
+            "relationship": ranked.promoted_by.relationship,
+            "direction": ranked.promoted_by.direction,
+        }
     return out
 
 
@@ -445,6 +551,17 @@ async def search(
     folded = rerank(
         folded, {m: f.spans[0].text_rank for m, f in focused.items()}, policy.SEARCH_RERANK
     )
+    if folded:  # the best result's strongest typed neighbour goes right after it
+        promotion = await promotion_of(
+            conn,
+            reader,
+            folded[0][0].memory_id,
+            types=types,
+            lifecycles=lifecycles,
+            project=project,
+        )
+        if promotion is not None:
+            folded = promote(folded, *promotion)
     page = folded[offset : offset + limit]
     rows = await search_repo.hits(
         conn,

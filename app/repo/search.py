@@ -601,3 +601,81 @@ async def focus(
         else:
             out[r.memory_id] = Focus(memory_id=r.memory_id, spans=[span], content=r.content)
     return out
+
+
+# One arm per (relationship, direction), strongest first; each probes the edge index for its
+# first neighbour (by id) that passes every filter, the read rule included, so the LIMIT counts
+# only rows the reader may see and a hub costs one index range start per arm, not its degree.
+_PROMOTE_ARM = """(
+            SELECT t.id, t.type
+            FROM edges e
+            JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
+            WHERE a.outgoing = {outgoing} AND e.org_id = :r_org AND e.{near} = :memory
+              AND e.relationship = a.relationship
+              AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
+              AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
+              AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+              AND {readable}
+            ORDER BY e.{far}
+            LIMIT 1
+        )"""
+
+PROMOTE_SQL = text(
+    f"""/* sibyl:search.promote */
+SELECT n.id, n.type, a.relationship, a.outgoing, a.weight
+FROM unnest(CAST(:relationships AS text[]), CAST(:weights AS float8[]),
+            CAST(:outgoing AS boolean[])) AS a(relationship, weight, outgoing)
+CROSS JOIN LATERAL (
+    {_PROMOTE_ARM.format(far="dst_id", near="src_id", outgoing="true", readable=readable("t"))}
+    UNION ALL
+    {_PROMOTE_ARM.format(far="src_id", near="dst_id", outgoing="false", readable=readable("t"))}
+) n
+ORDER BY a.weight DESC, n.id, a.relationship, a.outgoing DESC
+LIMIT 1"""
+)
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """The neighbour :func:`promoted` found: its id and type, and the hop from the memory."""
+
+    id: str
+    type: str
+    relationship: str
+    outgoing: bool
+
+
+async def promoted(
+    conn: AsyncConnection,
+    *,
+    reader_params: dict[str, object],
+    memory: str,
+    arms: list[tuple[str, float, bool]],
+    lifecycles: list[str],
+    types: list[str] | None,
+    project: str | None,
+) -> Neighbor | None:
+    """The first one-hop neighbour of ``memory`` in a depth-1 walk's answer order (weight desc,
+    then id; ties: relationship name, outgoing first) over ``arms`` (``(relationship, §4
+    weight, outgoing?)``), among the memories the reader may read whose lifecycle, type and
+    project pass the filters; None when there is none."""
+    if not arms:
+        return None
+    row = (
+        await conn.execute(
+            PROMOTE_SQL,
+            {
+                **reader_params,
+                "memory": memory,
+                "relationships": [a[0] for a in arms],
+                "weights": [a[1] for a in arms],
+                "outgoing": [a[2] for a in arms],
+                "lifecycles": lifecycles,
+                "types": types,
+                "project": project,
+            },
+        )
+    ).first()
+    if row is None:
+        return None
+    return Neighbor(id=row.id, type=row.type, relationship=row.relationship, outgoing=row.outgoing)
