@@ -58,7 +58,7 @@ RRF_K = 60
 SEARCH_BREADCRUMB_WORDS = 3  # the rarest words that find candidates in passage breadcrumbs
 SEARCH_BODY_WORDS = 1  # the rarest words that find candidates anywhere (every word scores;
 # every word finds candidates in memory names)
-SEARCH_FOCUS_SPANS = 3  # a result's best-matching spans named in metadata.focus (id + next)
+SEARCH_FOCUS_SPANS = 5  # a result's best-matching spans named in metadata.focus (id + next)
 SEARCH_RERANK = 40  # the best memories of the scans whose every span is scored, re-ranked by the
 # best (a fixed count, never from limit or offset, so pages stay one total order)
 SEARCH_PROMOTE_MIN_WEIGHT = 0.90  # the best result's strongest neighbour over a stored

@@ -18,15 +18,16 @@ passage's parent) is one of its answers; recall@k = share of questions ranked â‰
    memory's best-matching span, at most ``search_chars``) are returned text.
 2. ``expand_neighbors`` from the memories of the top ``expand_seeds`` results, depth 1, limit
    ``expand_limit``, previews of ``expand_chars`` (default relationships, as an agent calls it).
-3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of each of the top
-   ``slice_hits`` results' ``slice_spans`` best-matching spans (``metadata.focus``: ``id``, then
-   ``next``; without a focus, the result when it is a passage, else the first passage among its
-   ``metadata.collapsed`` hits, else the memory from its start), the best one with window
-   ``best_window`` at ``best_chars`` (it and the span after it); of a result that is the memory
-   itself (its name or lead matched) whose best span is not its first, also its opening; and of
-   the best ``slice_neighbors`` neighbors of round 2 that are neither a seed, a seed's own
-   passage, nor already sliced (from their start). Each id is sliced once, and a span already
-   returned in another's window is not sliced again.
+3. ``fetch_slice`` (window ``slice_window``, ``slice_chars`` each) of the best-matching spans
+   of the top results (``metadata.focus``: ``id``, then ``next``; without a focus, the result
+   when it is a passage, else the first passage among its ``metadata.collapsed`` hits, else the
+   memory from its start), ``slice_spans[r]`` of the result ranked r (5, 4, 3), the best one of
+   the top ``best_hits`` (2) with window ``best_window`` at ``best_chars`` (it and the span after
+   it); of a result that is the memory itself (its name or lead matched) whose best span is not
+   its first, also its opening; and of the best ``slice_neighbors`` (0 since 2026-12-01: the
+   slice never exposed what the spans did not) neighbors of round 2 that are neither a seed, a
+   seed's own passage, nor already sliced (from their start). Each id is sliced once, and a span
+   already returned in another's window is not sliced again.
 
 *Returned text* = every name and content (preview, neighbor preview, span) the three rounds
 returned; a question is *exposed* when its answer phrase appears in it
@@ -74,22 +75,32 @@ class LoopPlan:
     search_chars: int = 300
     expand_seeds: int = 3
     expand_limit: int = 8
-    expand_chars: int = 300
-    slice_hits: int = 3
-    slice_spans: int = 3
-    slice_neighbors: int = 1
+    expand_chars: int = 100
+    slice_spans: tuple[int, ...] = (5, 4, 3)
+    """The best-matching spans read of each top result, by rank (``metadata.focus``: ``id``,
+    then ``next``): the best-ranked memory is the answer most often, so it gets the most."""
+    slice_neighbors: int = 0
     slice_window: int = 1
     slice_chars: int = 1500
     best_window: int = 2
-    """The window of each result's best span (it and the span after it: an example or a code
-    block often follows the prose that matched), at ``best_chars`` for the whole window."""
+    """The window of the best span of each of the top ``best_hits`` results (it and the span
+    after it: an example or a code block often follows the prose that matched), at
+    ``best_chars`` for the whole window."""
+    best_hits: int = 2
     best_chars: int = 3000
+
+    @property
+    def slice_hits(self) -> int:
+        """How many of the top results round 3 widens."""
+        return len(self.slice_spans)
 
     def __post_init__(self) -> None:
         if self.search_limit < RECALL_DEPTH:
             raise ValueError(
                 f"search_limit must be at least {RECALL_DEPTH} (recall@5 reads round 1)"
             )
+        if any(n < 1 for n in self.slice_spans):
+            raise ValueError("every top result's slice_spans must be at least 1")
 
 
 @dataclass
@@ -212,11 +223,12 @@ async def run_loop(
     # round 3: widen the best passages
     targets: list[str] = []
     bests: set[str] = set()
-    for r in results[: plan.slice_hits]:
+    for rank, r in enumerate(results[: plan.slice_hits]):
         best = _best_passage(r)
         targets.append(best)
-        bests.add(best)
-        targets += _next_spans(r)[: plan.slice_spans - 1]
+        if rank < plan.best_hits:
+            bests.add(best)
+        targets += _next_spans(r)[: plan.slice_spans[rank] - 1]
         if _opening_too(r, best):
             targets.append(str(r.id))
     sliced_memories = {_memory_of(r) for r in results[: plan.slice_hits]}

@@ -12,6 +12,7 @@ admin); (4) print the figures, optionally write the JSON report; (5) drop the da
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import dataclass
@@ -140,7 +141,7 @@ async def run_eval(
             "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "state": _git_state(),
             "reader": READER,
-            "plan": (plan or LoopPlan()).__dict__,
+            "plan": dataclasses.asdict(plan or LoopPlan()),
             "sets": {},
         }
         for s in sets:
