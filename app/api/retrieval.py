@@ -39,12 +39,16 @@ async def search(body: SearchRequest, request: Request, credentials: Credentials
     """``search``: one page of the memories and passages matching ``query`` (contract §8).
 
     Full-text search over memory names, bodies (or a lead, for memories cut into passages) and
-    passages: any word of the query matches, ranked by BM25 with fixed English word rarities
-    (``docs/search.md``); fused by reciprocal rank fusion (k = 60) with an exact lane (the id, or
+    passages: any word of the query matches, ranked by BM25 with word rarities counted over what
+    the reader reads (fixed English frequencies while those counts are stale;
+    ``docs/search.md``); fused by reciprocal rank fusion (k = 60) with an exact lane (the id, or
     the start of a name or of its title after a prefix such as ``PEP 8: ``, case-insensitive).
     One result per memory: its best hit (the memory or a passage), the others listed in
     ``metadata.collapsed``; a passage hit carries ``parent_entity_id``, ``passage_index`` and
-    ``widen_with: "fetch_slice"``.
+    ``widen_with: "fetch_slice"``; ``metadata.focus`` names the memory's best-matching spans
+    (up to 5) with an excerpt. The best result's strongest typed neighbour (a stored edge of §4
+    weight ≥ 0.90 a default walk follows: what it depends on, its successor) comes right after
+    it, ``metadata.match.promoted_by`` naming the hop.
 
     Bounds are clamped, never rejected: limit 1-50 (default 10), offset 0-10000 (default 0),
     content_max_chars 0-50000 (default 500); ``lifecycle`` defaults to active + superseded and

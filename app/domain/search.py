@@ -55,6 +55,7 @@ the org admin: ``docs/search.md``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,30 +263,39 @@ def rerank(
 
 
 def promote(
-    folded: list[tuple[Ranked, list[str]]], neighbor: Ranked, promotion: Promotion
+    folded: list[tuple[Ranked, list[str]]], neighbor: search_repo.Neighbor
 ) -> list[tuple[Ranked, list[str]]]:
-    """``folded`` with ``neighbor`` (a memory one strong hop from the first entry's memory)
-    listed second: taken from where it was (its collapsed hits kept), or added when no lane
-    found it, with the first entry's score (a tie the order breaks: it follows its source) and
-    ``promoted_by`` set. Why: in a graph of decisions, what the best match depends on or was
-    superseded by is the next thing a reader needs, and its own words often match the query
-    only weakly (issue 12: "What replaced X, and ...?", "X requires which PEP?")."""
-    if not folded:
-        return folded
+    """``folded`` (not empty) with ``neighbor`` (one strong hop from the first entry's memory,
+    :func:`promotion_of`) listed second: taken from where it was (its collapsed hits kept), or
+    added when no lane found it, with the first entry's score (a tie the order breaks: it
+    follows its source) and ``promoted_by`` set. Why: in a graph of decisions, what the best
+    match depends on or was superseded by is the next thing a reader needs, and its own words
+    often match the query only weakly (issue 12: "What replaced X, and ...?", "X requires which
+    PEP?")."""
     first = folded[0][0]
-    rest = [e for e in folded[1:] if e[0].memory_id != neighbor.memory_id]
-    found = [e for e in folded[1:] if e[0].memory_id == neighbor.memory_id]
-    base, collapsed = found[0] if found else (neighbor, [])
-    moved = Ranked(
-        id=base.id,
-        parent_id=base.parent_id,
-        type=base.type,
-        lanes=base.lanes,
-        text_rank=base.text_rank,
-        score=first.score,
-        span_rank=base.span_rank,
-        promoted_by=promotion,
+    rest = [e for e in folded[1:] if e[0].memory_id != neighbor.id]
+    found = [e for e in folded[1:] if e[0].memory_id == neighbor.id]
+    base, collapsed = (
+        found[0]
+        if found
+        else (
+            Ranked(
+                id=neighbor.id,
+                parent_id=None,
+                type=neighbor.type,
+                lanes={},
+                text_rank=None,
+                score=0.0,
+            ),
+            [],
+        )
     )
+    by = Promotion(
+        id=first.memory_id,
+        relationship=neighbor.relationship,
+        direction="outgoing" if neighbor.outgoing else "incoming",
+    )
+    moved = dataclasses.replace(base, score=first.score, promoted_by=by)
     return [folded[0], (moved, collapsed), *rest]
 
 
@@ -319,14 +329,14 @@ async def promotion_of(
     types: list[str] | None,
     lifecycles: list[str],
     project: str | None,
-) -> tuple[Ranked, Promotion] | None:
+) -> search_repo.Neighbor | None:
     """The neighbour of ``memory_id`` that :func:`promote` lists after it: its first one-hop
     neighbour over :data:`PROMOTION_ARMS` in a depth-1 walk's answer order (highest weight,
     then id) that passes the request's filters (lifecycle, types, project), one statement
     (``sibyl:search.promote``). Only memories ``reader`` may read are walked to, through the
     one read rule, so a hidden neighbour is passed over exactly as an absent one is. None when
     there is none."""
-    found = await search_repo.promoted(
+    return await search_repo.promoted(
         conn,
         reader_params=reader.params(),
         memory=memory_id,
@@ -334,16 +344,6 @@ async def promotion_of(
         lifecycles=lifecycles,
         types=types,
         project=project,
-    )
-    if found is None:
-        return None
-    ranked = Ranked(
-        id=found.id, parent_id=None, type=found.type, lanes={}, text_rank=None, score=0.0
-    )
-    return ranked, Promotion(
-        id=memory_id,
-        relationship=found.relationship,
-        direction="outgoing" if found.outgoing else "incoming",
     )
 
 
@@ -466,11 +466,7 @@ def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
     out["span_rank"] = None if ranked.span_rank is None else round(ranked.span_rank, 6)
     if ranked.promoted_by is not None:
-        out["promoted_by"] = {
-            "id": ranked.promoted_by.id,
-            "relationship": ranked.promoted_by.relationship,
-            "direction": ranked.promoted_by.direction,
-        }
+        out["promoted_by"] = dataclasses.asdict(ranked.promoted_by)
     return out
 
 
@@ -561,7 +557,7 @@ async def search(
             project=project,
         )
         if promotion is not None:
-            folded = promote(folded, *promotion)
+            folded = promote(folded, promotion)
     page = folded[offset : offset + limit]
     rows = await search_repo.hits(
         conn,

@@ -154,6 +154,10 @@ Reading the result: results are best first (full-text rank fused with id/name ma
 reciprocal rank fusion, k = {policy.RRF_K}); one result per memory, its other hits listed in \
 `metadata.collapsed`. A result with `widen_with: "fetch_slice"` is a passage of \
 `parent_entity_id`: call `fetch_slice` on it to read around it, and cite the parent. \
+`metadata.focus` names where in a memory the query's words are: its best-matching span (`id`, \
+an `excerpt`) and the next best (`next`), ready for `fetch_slice`. The best result's strongest \
+typed neighbour (what it depends on, or what superseded it) comes right after it, \
+`metadata.match.promoted_by` naming the hop. \
 `has_more: true` means another page exists (raise `offset`). Memories you cannot see are never \
 counted or hinted at: an empty result means nothing visible matched."""
 

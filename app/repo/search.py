@@ -611,7 +611,7 @@ _PROMOTE_ARM = """(
             FROM edges e
             JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
             WHERE a.outgoing = {outgoing} AND e.org_id = :r_org AND e.{near} = :memory
-              AND e.relationship = a.relationship
+              AND e.relationship = a.relationship AND t.id <> :memory
               AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
               AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
               AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
