@@ -78,45 +78,52 @@ def test_a_deleted_demo_user_gets_no_key_and_the_set_up_goes_on(
     from tests.builders import import_dicts, throwaway_database
 
     gone = "user_packaging_reader"
-    with throwaway_database(database_url, "sibyl_demo_keys") as url:
-        from app.core.db import make_engine
-        from app.core.migrations import upgrade
+    try:
+        with throwaway_database(database_url, "sibyl_demo_keys") as url:
+            from app.core.db import make_engine
+            from app.core.migrations import upgrade
 
-        upgrade(url)
-        users = [u for u in (*DEMO_READERS, DEMO_WRITER[0]) if u != gone]
-        records = [{"kind": "org", "id": "org_python", "name": "Python"}] + [
-            {"kind": "user", "id": u, "org": "org_python", "handle": u[5:], "role": "member"}
-            for u in users
-        ]
+            upgrade(url)
+            users = [u for u in (*DEMO_READERS, DEMO_WRITER[0]) if u != gone]
+            records = [{"kind": "org", "id": "org_python", "name": "Python"}] + [
+                {"kind": "user", "id": u, "org": "org_python", "handle": u[5:], "role": "member"}
+                for u in users
+            ]
 
-        async def load() -> None:
-            engine = make_engine(url)
-            try:
-                await import_dicts(engine, records)
-            finally:
-                await engine.dispose()
+            async def load() -> None:
+                engine = make_engine(url)
+                try:
+                    await import_dicts(engine, records)
+                finally:
+                    await engine.dispose()
 
-        asyncio.run(load())
-        monkeypatch.setenv("DATABASE_URL", url)
-        get_settings.cache_clear()
-        try:
-            path = demo_keys(tmp_path / "demo-keys.env")
-        finally:
+            asyncio.run(load())
+            monkeypatch.setenv("DATABASE_URL", url)
             get_settings.cache_clear()
-        lines = path.read_text().splitlines()
-        assert (
-            "# PACKAGING_READER_KEY: the demo user user_packaging_reader no longer exists" in lines
-        )
-        values = dict(line.split("=", 1) for line in lines if not line.startswith("#"))
-        assert set(values) == {
-            "TYPING_READER_KEY",
-            "ORG_ADMIN_KEY",
-            "OUTSIDER_KEY",
-            "TYPING_WRITER_KEY",
-        }
-        assert all(v.strip() for v in values.values())
-        warned = capsys.readouterr().err
-        assert "the demo user user_packaging_reader no longer exists" in warned
-        assert "Traceback" not in warned
-        # run again: the saved keys still work and are kept as they are
-        assert demo_keys(path).read_text().splitlines() == lines
+            try:
+                path = demo_keys(tmp_path / "demo-keys.env")
+            finally:
+                get_settings.cache_clear()
+            lines = path.read_text().splitlines()
+            assert (
+                "# PACKAGING_READER_KEY: the demo user user_packaging_reader no longer exists"
+                in lines
+            )
+            values = dict(line.split("=", 1) for line in lines if not line.startswith("#"))
+            assert set(values) == {
+                "TYPING_READER_KEY",
+                "ORG_ADMIN_KEY",
+                "OUTSIDER_KEY",
+                "TYPING_WRITER_KEY",
+            }
+            assert all(v.strip() for v in values.values())
+            warned = capsys.readouterr().err
+            assert "the demo user user_packaging_reader no longer exists" in warned
+            assert "Traceback" not in warned
+            # run again: the saved keys still work and are kept as they are
+            assert demo_keys(path).read_text().splitlines() == lines
+    finally:
+        # settings cached while DATABASE_URL named the throwaway database (dropping it builds an
+        # engine, which reads them) must not outlive it: the next test's CLI would connect there
+        monkeypatch.undo()
+        get_settings.cache_clear()

@@ -146,7 +146,8 @@ async def test_spans_that_score_alike_tie_to_the_earlier_one(engine):
         (hit,) = got.results
         focus = hit.metadata["focus"]
         assert focus["id"] == spans[0].id, setting
-        assert focus["next"] == [spans[1].id, spans[2].id], setting
+        # the three other alike spans, in order (the other spans hold no query word)
+        assert focus["next"] == [s.id for s in spans[1:]], setting
 
 
 PLANNER_SETTINGS = (None, "enable_hashagg", "enable_hashjoin", "enable_nestloop", "enable_sort")
