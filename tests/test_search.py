@@ -720,8 +720,10 @@ async def test_filters_say_which_words_the_full_text_lane_used(engine, client):
 def _graph_world(org: str, sfx: str, *, omit: str | None = None) -> list[dict]:
     """``old`` matches the query best; ``succ`` supersedes it and ``dep`` is what it depends on
     (neither holds the query's words); ``weak`` is linked to ``old`` only by RELATED_TO;
-    ``hidden_dep`` (a DEPENDS_ON neighbour in the private project p1, which only ann reads)
-    has the smallest id of the 0.98 neighbours, so ann gets it and eve gets ``dep``."""
+    ``a_hidden_dep`` (a DEPENDS_ON neighbour in the private project p1, which only ann reads)
+    has the smallest id of its dependencies, so ann gets it and eve gets ``dep``;
+    ``a_dependent`` depends on ``old`` and ``a_succ_withdrawn`` supersedes it but was superseded
+    itself: neither is promoted."""
     records = [
         *_open_org(sfx, org, {"ann": "member", "eve": "member"}),
         {"kind": "member", "project": "p1", "user": f"user_ann_{sfx}", "role": "contributor"},
@@ -734,6 +736,11 @@ def _graph_world(org: str, sfx: str, *, omit: str | None = None) -> list[dict]:
         _ent(org, sfx, "dep", "Storage layer", "where bytes live"),
         _ent(org, sfx, "a_hidden_dep", "Closed storage", "where secret bytes live", project="p1"),
         _ent(org, sfx, "weak", "Loosely related", "a thought"),
+        # depends on `old` (its id sorts first): a dependent is never promoted
+        _ent(org, sfx, "a_dependent", "Consumer", "uses it"),
+        # a second successor with a smaller id, itself superseded by `z_newer`: the live one wins
+        _ent(org, sfx, "a_succ_withdrawn", "Withdrawn replacement", "an attempt"),
+        _ent(org, sfx, "z_newer", "Newer attempt", "later"),
         {"kind": "edge", "org": org, "src": "succ", "dst": "old", "relationship": "SUPERSEDES"},
         {"kind": "edge", "org": org, "src": "old", "dst": "dep", "relationship": "DEPENDS_ON"},
         {
@@ -744,6 +751,27 @@ def _graph_world(org: str, sfx: str, *, omit: str | None = None) -> list[dict]:
             "relationship": "DEPENDS_ON",
         },
         {"kind": "edge", "org": org, "src": "old", "dst": "weak", "relationship": "RELATED_TO"},
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "a_dependent",
+            "dst": "old",
+            "relationship": "DEPENDS_ON",
+        },
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "a_succ_withdrawn",
+            "dst": "old",
+            "relationship": "SUPERSEDES",
+        },
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "z_newer",
+            "dst": "a_succ_withdrawn",
+            "relationship": "SUPERSEDES",
+        },
     ]
     dropped = {omit} if omit else set()
     return [
@@ -790,6 +818,8 @@ async def test_a_superseded_memory_is_followed_by_its_successor(engine, client):
     got = await _search(client, keys["eve"], query="widget cache eviction")
     assert [r["id"] for r in got["results"]][:2] == ["old", "succ"]
     assert got["results"][0]["lifecycle"] == "superseded"
+    # of the two successors, the one not itself superseded, though its id sorts later
+    assert got["results"][1]["lifecycle"] == "active"
     assert got["results"][1]["metadata"]["match"]["promoted_by"] == {
         "id": "old",
         "relationship": "SUPERSEDES",

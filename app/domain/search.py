@@ -303,19 +303,20 @@ def promotion_arms() -> list[tuple[str, float, bool]]:
     """The hops :func:`promotion_of` takes, strongest first: ``(relationship, §4 weight,
     outgoing?)`` for every stored relationship of weight ≥
     :data:`~app.domain.policy.SEARCH_PROMOTE_MIN_WEIGHT` (0.90: DECIDES, DEPENDS_ON, REQUIRES,
-    BLOCKS, SUPERSEDES, SUPPORTS, VALIDATED_BY, USES_PROCEDURE, IMPLEMENTED) in each direction
-    a default walk follows it (§4: SUPERSEDES incoming only, so from a superseded memory to its
-    successor; DEPENDS_ON both ways; DECIDES, REQUIRES, SUPPORTS outgoing only)."""
+    BLOCKS, SUPERSEDES, SUPPORTS, VALIDATED_BY, USES_PROCEDURE, IMPLEMENTED), one direction each:
+    outgoing, as edges run from the dependent to what it rests on (§1: what the best match
+    depends on, requires, decides, supports), except where a default walk never follows a
+    relationship outgoing (SUPERSEDES, which runs from newer to older): incoming, its successor.
+    A memory's dependents (DEPENDS_ON incoming) are one expand away, not promoted: a new-user
+    trial found them the wrong next read in 3 of 5 promotions."""
     rules = policy.hop_rules(None)
     arms = [
-        (rel, p.weight, outgoing)
+        (rel, p.weight, rules.allows(rel, outgoing=True))
         for rel, p in policy.RELATIONSHIPS.items()
         if p.weight >= policy.SEARCH_PROMOTE_MIN_WEIGHT
         and rel not in (policy.MENTIONS, policy.SHARES_COMMUNITY)
-        for outgoing in (True, False)
-        if rules.allows(rel, outgoing=outgoing)
     ]
-    return sorted(arms, key=lambda a: (-a[1], a[0], not a[2]))
+    return sorted(arms, key=lambda a: (-a[1], a[0]))
 
 
 PROMOTION_ARMS = promotion_arms()
@@ -331,8 +332,9 @@ async def promotion_of(
     project: str | None,
 ) -> search_repo.Neighbor | None:
     """The neighbour of ``memory_id`` that :func:`promote` lists after it: its first one-hop
-    neighbour over :data:`PROMOTION_ARMS` in a depth-1 walk's answer order (highest weight,
-    then id) that passes the request's filters (lifecycle, types, project), one statement
+    neighbour over :data:`PROMOTION_ARMS` by weight, then active before superseded (of two
+    successors, the one not itself replaced), then id, that passes the request's filters
+    (lifecycle, types, project), one statement
     (``sibyl:search.promote``). Only memories ``reader`` may read are walked to, through the
     one read rule, so a hidden neighbour is passed over exactly as an absent one is. None when
     there is none."""

@@ -603,16 +603,17 @@ async def focus(
     return out
 
 
-# One arm per (relationship, direction), strongest first; each probes the edge index for its
-# first neighbour (by id) that passes every filter, the read rule included, so the LIMIT counts
-# only rows the reader may see and a hub costs one index range start per arm, not its degree.
+# One arm per (relationship, direction, lifecycle), strongest first; each probes the edge index
+# for its first neighbour (by id) that passes every filter, the read rule included, so the LIMIT
+# counts only rows the reader may see and a hub costs one index range start per arm, not its
+# degree (a lifecycle is an arm of its own, so "active before superseded" needs no sort).
 _PROMOTE_ARM = """(
             SELECT t.id, t.type
             FROM edges e
             JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
             WHERE a.outgoing = {outgoing} AND e.org_id = :r_org AND e.{near} = :memory
               AND e.relationship = a.relationship AND t.id <> :memory
-              AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
+              AND t.lifecycle = a.lifecycle
               AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
               AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
               AND {readable}
@@ -622,15 +623,16 @@ _PROMOTE_ARM = """(
 
 PROMOTE_SQL = text(
     f"""/* sibyl:search.promote */
-SELECT n.id, n.type, a.relationship, a.outgoing, a.weight
+SELECT n.id, n.type, a.relationship, a.outgoing
 FROM unnest(CAST(:relationships AS text[]), CAST(:weights AS float8[]),
-            CAST(:outgoing AS boolean[])) AS a(relationship, weight, outgoing)
+            CAST(:outgoing AS boolean[]), CAST(:lifecycles AS text[]))
+     WITH ORDINALITY AS a(relationship, weight, outgoing, lifecycle, ord)
 CROSS JOIN LATERAL (
     {_PROMOTE_ARM.format(far="dst_id", near="src_id", outgoing="true", readable=readable("t"))}
     UNION ALL
     {_PROMOTE_ARM.format(far="src_id", near="dst_id", outgoing="false", readable=readable("t"))}
 ) n
-ORDER BY a.weight DESC, n.id, a.relationship, a.outgoing DESC
+ORDER BY a.weight DESC, a.lifecycle = 'superseded', n.id, a.ord
 LIMIT 1"""
 )
 
@@ -655,11 +657,12 @@ async def promoted(
     types: list[str] | None,
     project: str | None,
 ) -> Neighbor | None:
-    """The first one-hop neighbour of ``memory`` in a depth-1 walk's answer order (weight desc,
-    then id; ties: relationship name, outgoing first) over ``arms`` (``(relationship, §4
-    weight, outgoing?)``), among the memories the reader may read whose lifecycle, type and
-    project pass the filters; None when there is none."""
-    if not arms:
+    """The first one-hop neighbour of ``memory`` over ``arms`` (``(relationship, §4 weight,
+    outgoing?)``, in order) by weight desc, then active before superseded, then id (ties: the
+    earlier arm), among the memories the reader may read whose lifecycle (one of
+    ``lifecycles``), type and project pass the filters; None when there is none."""
+    every = [(*arm, life) for arm in arms for life in lifecycles]
+    if not every:
         return None
     row = (
         await conn.execute(
@@ -667,10 +670,10 @@ async def promoted(
             {
                 **reader_params,
                 "memory": memory,
-                "relationships": [a[0] for a in arms],
-                "weights": [a[1] for a in arms],
-                "outgoing": [a[2] for a in arms],
-                "lifecycles": lifecycles,
+                "relationships": [a[0] for a in every],
+                "weights": [a[1] for a in every],
+                "outgoing": [a[2] for a in every],
+                "lifecycles": [a[3] for a in every],
                 "types": types,
                 "project": project,
             },
