@@ -37,6 +37,20 @@ def test_a_word_finds_its_inflections_at_a_word_start_only():
     assert "returning" in got and "unreturnable" not in got
 
 
+def test_a_word_inside_a_snake_case_identifier_is_found():
+    # the database's parser splits get_type_hints into get, type, hints: a span that scored on
+    # "type hints" through it must show that line, not a TypeVar further on (a new-user trial)
+    text = (
+        "Interaction with ``get_type_hints()``: it returns the hints. "
+        + FILLER
+        + " T = TypeVar('T')"
+    )
+    got = excerpt(text, [("hints", 2.0), ("type", 1.0)], 80)
+    assert "get_type_hints()``: it returns the hints" in got and "TypeVar" not in got, got
+    # an underscore starts a word; a letter or digit before the stem still does not
+    assert excerpt("x" * 100 + " subtype mytype " + FILLER, [("type", 1.0)], 40).startswith("x")
+
+
 def test_never_longer_than_the_budget():
     text = FILLER + " needle " + FILLER
     for chars in (0, 3, 4, 10, 57, 300):

@@ -5,7 +5,8 @@ heaviest set of distinct query words (Σ of their weights; then more occurrences
 earlier window), starting at the beginning of the line or sentence that holds its first match
 when that fits. A query word matches a text word that starts with the word's stem-like prefix
 (the word less up to two final letters, at least 4 letters: ``returns`` finds ``return`` and
-``returning``), case-insensitively, at a word boundary. Cuts fall on whitespace and are marked
+``returning``), case-insensitively, at a word boundary (an underscore is one: ``type`` is found
+in ``get_type_hints``, as the database's parser finds it). Cuts fall on whitespace and are marked
 ``...``; the result, markers included, is never longer than ``chars``.
 """
 
@@ -26,7 +27,10 @@ def _stem(word: str) -> str:
 
 
 def _pattern(stem: str) -> re.Pattern[str]:
-    return re.compile(r"(?<!\w)" + re.escape(stem), re.IGNORECASE)
+    # a word starts after anything but a letter or digit: an underscore separates words, as
+    # PostgreSQL's parser splits `get_type_hints` into get, type, hints (a span that scored on
+    # "type hints" through it showed an excerpt without either word: a new-user trial)
+    return re.compile(r"(?<![^\W_])" + re.escape(stem), re.IGNORECASE)
 
 
 def matches(text: str, words: Sequence[tuple[str, float]]) -> list[tuple[int, int, float]]:
