@@ -235,3 +235,36 @@ async def test_a_rebuild_does_not_wait_long_behind_a_long_write(engine, client):
         finally:
             await refresher.close()
     assert second[t.org].status == "rebuilt"
+
+
+async def test_a_rebuild_is_analyzed_on_the_connection_that_wrote_it(engine, client, monkeypatch):
+    # PostgreSQL reports a session's row counts at most once a second: analyzed on another
+    # connection, the rebuild's rows showed as changed since ANALYZE once its counts came in,
+    # and the doctor warned after every automatic rebuild (a new-user trial)
+    from app.domain import community_refresher
+    from app.repo import communities as repo
+
+    t, _, bob = await _world(engine)
+    body = {"id": "cn", "type": "note", "name": "cn", "project": "p1", "content": "[[ca]] [[cb]]"}
+    assert (await call(client, "POST", "/api/entities", bob, json=body)).status_code == 201
+    writers: list[int] = []
+    analyzers: list[int] = []
+    real_rebuild, real_vacuum = community_refresher.rebuild, repo.vacuum
+
+    async def rebuild(conn: Any, **kw: Any) -> Any:
+        writers.append(await conn.scalar(text("SELECT pg_backend_pid()")))
+        return await real_rebuild(conn, **kw)
+
+    async def vacuum(conn: Any) -> None:
+        analyzers.append(await conn.scalar(text("SELECT pg_backend_pid()")))
+        await real_vacuum(conn)
+
+    monkeypatch.setattr(community_refresher, "rebuild", rebuild)
+    monkeypatch.setattr(repo, "vacuum", vacuum)
+    refresher = _refresher(engine, t.org)
+    try:
+        done = await refresher.tick()
+    finally:
+        await refresher.close()
+    assert done[t.org].status == "rebuilt"
+    assert writers and analyzers == writers

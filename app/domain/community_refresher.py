@@ -30,9 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.db import cancelling, write_tx
+from app.core.db import cancelling
 from app.domain import refresher
 from app.domain.communities import CommunitiesChanged, rebuild
 from app.repo import communities as repo
@@ -125,8 +125,6 @@ class CommunityRefresher(refresher.OwnEngine):
                 done[org_id] = await self._rebuild(
                     engine, org_id, self._holds(org_id, waited_s, links)
                 )
-            if any(o.status == "rebuilt" for o in done.values()):
-                await repo.vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
             return done
 
     def _holds(self, org_id: str, waited_s: float, links: int) -> bool:
@@ -149,8 +147,10 @@ class CommunityRefresher(refresher.OwnEngine):
         ran)."""
         started = self.clock()
         try:
-            async with write_tx(engine) as conn:
-                summary = await rebuild(conn, org_id=org_id, hold_writes=hold)
+            async with engine.connect() as conn:
+                async with conn.begin():
+                    summary = await rebuild(conn, org_id=org_id, hold_writes=hold)
+                await _analyze(conn)
         except CommunitiesChanged:
             self._overtaken[org_id] = self._overtaken.get(org_id, 0) + 1
             outcome = Outcome("changed", seconds=self.clock() - started)
@@ -206,3 +206,16 @@ def lifespan(
         interval_s,
         lambda: CommunityRefresher(engine, interval_s=interval_s, max_links=max_links).run(),
     )
+
+
+async def _analyze(conn: AsyncConnection) -> None:
+    """``VACUUM (ANALYZE)`` the community tables on ``conn``, the connection that just wrote
+    them (its row counts flushed first): analyzed on another connection, the doctor found
+    ``community_members`` changed since its ANALYZE once the writer's counts came in (a new-user
+    trial, 2026-12-01). Statistics only: a failure here leaves the rebuild as it is."""
+    try:
+        await repo.vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
+    except Exception as exc:
+        if cancelling():
+            raise
+        log.warning("community tables not analyzed after a rebuild: %s", refresher.exc_line(exc))
