@@ -63,7 +63,6 @@ SEARCH_RERANK = 40  # the best memories of the scans whose every span is scored,
 # best (a fixed count, never from limit or offset, so pages stay one total order)
 SEARCH_PROMOTE_MIN_WEIGHT = 0.90  # the best result's strongest neighbour over a stored
 # relationship at least this strong (§4) is listed right after it (app.domain.search.promote)
-SEARCH_PROMOTE_LOOK = 8  # its strongest neighbours looked at for one that passes the filters
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
 CONTEXT_LIMIT = Bound(1, 50, 12)  # 24 before issue 12: 24 items left ~300 characters of text each
