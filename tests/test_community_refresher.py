@@ -52,6 +52,15 @@ def _refresher(engine: AsyncEngine, org: str, max_links: int = 200_000) -> Commu
     )
 
 
+async def _tick(engine: AsyncEngine, org: str, max_links: int = 200_000) -> dict[str, Any]:
+    """One look of a fresh refresher confined to ``org``, closed after it."""
+    refresher = _refresher(engine, org, max_links)
+    try:
+        return await refresher.tick()
+    finally:
+        await refresher.close()
+
+
 async def test_a_retiring_write_is_rebuilt_by_the_refresher(engine, client):
     t, vic, bob = await _world(engine)
     assert await _community_neighbours(client, vic, "ca") == ["cb", "cx"]
@@ -60,11 +69,7 @@ async def test_a_retiring_write_is_rebuilt_by_the_refresher(engine, client):
     assert (await call(client, "POST", "/api/entities", bob, json=body)).status_code == 201
     assert await _community_neighbours(client, vic, "ca") == []
     assert await scalar(engine, RECORDS, o=t.org) >= 1  # recorded in the write's transaction
-    refresher = _refresher(engine, t.org)
-    try:
-        done = await refresher.tick()
-    finally:
-        await refresher.close()
+    done = await _tick(engine, t.org)
     assert done[t.org].status == "rebuilt"
     assert await scalar(engine, RECORDS, o=t.org) == 0  # no longer due
     back = await _community_neighbours(client, vic, "ca")
@@ -133,11 +138,7 @@ async def test_an_org_over_the_link_bound_is_left_to_the_operator(engine, client
     t, vic, bob = await _world(engine)
     edge = {"src": "ca", "relationship": "RELATED_TO", "dst": "cb"}
     assert (await call(client, "POST", "/api/edges", bob, json=edge)).status_code == 201
-    refresher = _refresher(engine, t.org, max_links=2)  # the org holds 3 links now
-    try:
-        done = await refresher.tick()
-    finally:
-        await refresher.close()
+    done = await _tick(engine, t.org, max_links=2)  # the org holds 3 links now
     assert done[t.org].status == "too_big"
     assert await _community_neighbours(client, vic, "ca") == []
     assert await scalar(engine, RECORDS, o=t.org) >= 1  # still due for the operator's rebuild
@@ -150,11 +151,7 @@ async def test_a_freshly_imported_org_is_due_its_first_communities(engine):
     edge = {"kind": "edge", "org": t.org, "src": "fa", "dst": "fb", "relationship": "DEPENDS_ON"}
     await t.load(engine, extra=[*notes, edge])
     assert await scalar(engine, RECORDS, o=t.org) >= 1
-    refresher = _refresher(engine, t.org)
-    try:
-        done = await refresher.tick()
-    finally:
-        await refresher.close()
+    done = await _tick(engine, t.org)
     assert done[t.org].status == "rebuilt" and done[t.org].communities == 1
 
 
@@ -261,10 +258,6 @@ async def test_a_rebuild_is_analyzed_on_the_connection_that_wrote_it(engine, cli
 
     monkeypatch.setattr(community_refresher, "rebuild", rebuild)
     monkeypatch.setattr(repo, "vacuum", vacuum)
-    refresher = _refresher(engine, t.org)
-    try:
-        done = await refresher.tick()
-    finally:
-        await refresher.close()
+    done = await _tick(engine, t.org)
     assert done[t.org].status == "rebuilt"
     assert writers and analyzers == writers
