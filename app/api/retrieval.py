@@ -46,9 +46,9 @@ async def search(body: SearchRequest, request: Request, credentials: Credentials
     One result per memory: its best hit (the memory or a passage), the others listed in
     ``metadata.collapsed``; a passage hit carries ``parent_entity_id``, ``passage_index`` and
     ``widen_with: "fetch_slice"``; ``metadata.focus`` names the memory's best-matching spans
-    (up to 5) with an excerpt. The best result's strongest typed neighbour (a stored edge of §4
-    weight ≥ 0.90 a default walk follows: what it depends on, its successor) comes right after
-    it, ``metadata.match.promoted_by`` naming the hop.
+    (up to 5) with an excerpt. The best result's strongest typed neighbour (over a stored edge
+    of §4 weight ≥ 0.90: outgoing, what it depends on or requires; or SUPERSEDES incoming, its
+    successor) comes right after it, ``metadata.match.promoted_by`` naming the hop.
 
     Bounds are clamped, never rejected: limit 1-50 (default 10), offset 0-10000 (default 0),
     content_max_chars 0-50000 (default 500); ``lifecycle`` defaults to active + superseded and
