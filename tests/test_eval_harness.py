@@ -240,3 +240,73 @@ async def test_round_3_widens_the_best_matching_span_that_search_names(engine):
         with_context=False,
     )
     assert wider.exposed_round == 3 and wider.returned_chars > result.returned_chars
+
+
+async def test_round_3_reads_the_opening_of_a_promoted_successor(engine):
+    """A result search lists for its edge to the result above it (``promoted_by``) was not
+    ranked for the question's words, so round 3 reads its opening too: the answer a successor
+    states first is exposed although the successor's best-matching span is a later one."""
+    org, sfx = "org_evalp_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = _corpus(org, sfx)
+    old = "\n\n".join(
+        [
+            f"# Colony census\n\nCount the heron colony nests every spring. {SECTION}",
+            f"## Method\n\nCount the heron colony nests from the hide. {SECTION}",
+            f"## Season\n\n{SECTION}",
+            f"## Records\n\n{SECTION}",
+        ]
+    )
+    new = "\n\n".join(
+        [
+            f"# Census by drone\n\nA drone photographs the heronry in March. {SECTION}",
+            f"## Flights\n\n{SECTION}",
+            f"## Nests\n\nBefore the drone, they were tallied by hand. {SECTION}",
+            f"## Archive\n\n{SECTION}",
+        ]
+    )
+    doc = {k: v for k, v in records[3].items() if k not in ("id", "name", "content")}
+    records += [
+        {**doc, "id": "doc_census_old", "name": "Colony census", "content": old},
+        {**doc, "id": "doc_census_new", "name": "Census by drone", "content": new},
+        {
+            "kind": "edge",
+            "org": org,
+            "src": "doc_census_new",
+            "dst": "doc_census_old",
+            "relationship": "SUPERSEDES",
+        },
+    ]
+    await import_dicts(engine, records)
+    bodies = {r["id"]: r["content"] for r in records if r["kind"] == "entity"}
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_admin_{sfx}")
+    assert reader is not None
+    question = Question(
+        "successor",
+        "How are the heron colony nests counted?",
+        ("doc_census_new",),
+        "A drone photographs the heronry in March",
+        "SUPERSEDES",
+        "doc_census_old",
+    )
+    lean = {
+        "search_chars": 20,
+        "expand_chars": 20,
+        "best_window": 1,
+        "best_chars": 1500,
+        "slice_spans": (1, 1, 1),
+    }
+    (without,) = await evaluate(
+        engine,
+        reader,
+        [question],
+        bodies=bodies,
+        plan=LoopPlan(**lean, promoted_opening=False),
+        with_context=False,
+    )
+    (with_opening,) = await evaluate(
+        engine, reader, [question], bodies=bodies, plan=LoopPlan(**lean), with_context=False
+    )
+    assert without.rank_hop_from == 1 and without.rank_written == 2  # promoted right after it
+    assert without.exposed_round is None
+    assert with_opening.exposed_round == 3

@@ -88,6 +88,10 @@ class LoopPlan:
     ``best_chars`` for the whole window."""
     best_hits: int = 2
     best_chars: int = 3000
+    promoted_opening: bool = True
+    """Whether round 3 also reads the opening of a result search promoted for its edge to the
+    result above it (``metadata.match.promoted_by``): it is listed for that relationship, not
+    for the question's words, so its own spans' match says less than what it opens with."""
 
     @property
     def slice_hits(self) -> int:
@@ -231,6 +235,8 @@ async def run_loop(
         targets += _next_spans(r)[: plan.slice_spans[rank] - 1]
         if _opening_too(r, best):
             targets.append(str(r.id))
+        elif plan.promoted_opening and _promoted(r) and _focus_index(r) != 0:
+            targets.append(_memory_of(r))
     sliced_memories = {_memory_of(r) for r in results[: plan.slice_hits]}
     picked = 0
     for n in neighbors:
@@ -296,6 +302,17 @@ def _opening_too(result: Any, best: str) -> bool:
         return False
     focus = result.metadata.get("focus") or {}
     return focus.get("passage_index") not in (None, 0)
+
+
+def _focus_index(result: Any) -> int | None:
+    """The passage index of ``result``'s best-matching span (None: no focus, or never cut)."""
+    index = (result.metadata.get("focus") or {}).get("passage_index")
+    return int(index) if index is not None else None
+
+
+def _promoted(result: Any) -> bool:
+    """Whether search listed ``result`` for its edge to the result above it."""
+    return bool((result.metadata.get("match") or {}).get("promoted_by"))
 
 
 def _next_spans(result: Any) -> list[str]:
