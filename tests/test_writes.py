@@ -169,6 +169,32 @@ async def test_patch_null_is_refused_where_null_means_nothing(engine, client):
     assert (r.status_code, r.json()["content"], r.json()["revision"]) == (200, "", 2)
 
 
+async def test_patch_of_a_wrong_type_says_the_type_it_wants_once(engine, client):
+    """A wrong-typed PATCH field is one reason naming the type it should have: the hidden "null
+    means absent" arm once added a second, "Input should be None", which told the caller to
+    send the one value these fields refuse. Nothing changes."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    memory = {"id": "typ_1", "type": "note", "name": "n", "content": "body", "project": "p1"}
+    assert (await call(client, "POST", "/api/entities", ann, json=memory)).status_code == 201
+    cases = {
+        "type": (5, "valid string"),
+        "name": (["x"], "valid string"),
+        "content": (1.5, "valid string"),
+        "scope": ("public", "'project', 'private' or 'org'"),
+        "lifecycle": (True, "'active', 'superseded' or 'retired'"),
+        "metadata": ([1], "valid dictionary"),
+    }
+    for field, (value, wants) in cases.items():
+        r = await call(client, "PATCH", "/api/entities/typ_1", ann, json={field: value})
+        assert r.status_code == 422, (field, r.text)
+        errors = r.json()["errors"]
+        assert [e["loc"] for e in errors] == [["body", field]], (field, errors)
+        assert wants in errors[0]["msg"] and "None" not in r.text, (field, r.text)
+    got = (await call(client, "GET", "/api/entities/typ_1", ann)).json()
+    assert (got["revision"], got["content"], got["name"]) == (1, "body", "n")
+
+
 async def test_bad_input_is_400_with_the_reason(engine, client):
     t = await Team().load(engine)
     ann = await t.key(engine, "ann")

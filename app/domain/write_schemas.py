@@ -23,7 +23,6 @@ from pydantic import (
     StrictStr,
     field_validator,
 )
-from pydantic.json_schema import SkipJsonSchema
 
 Scope = Literal["project", "private", "org"]
 Lifecycle = Literal["active", "superseded", "retired"]
@@ -122,14 +121,22 @@ class EntityCreate(_Request):
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
 
 
-def _drop_default(schema: dict[str, Any]) -> None:
+def _not_nullable(schema: dict[str, Any]) -> None:
+    """The JSON schema of an :func:`_absent` field: no default, and null not among its values."""
     schema.pop("default", None)
+    arms = [a for a in schema.pop("anyOf", ()) if a != {"type": "null"}]
+    if len(arms) == 1:
+        schema.update(arms[0])
+    elif arms:
+        schema["anyOf"] = arms
 
 
 def _absent() -> Any:
     """A field whose absence keeps the stored value: ``None`` inside, no default and no null in
-    the JSON schema (null is refused by the model's validator)."""
-    return Field(default=None, json_schema_extra=_drop_default)
+    the JSON schema (null is refused by the model's validator). Typed ``X | None`` (pydantic's
+    nullable schema), not a union with a hidden ``None`` arm, so a wrong type gets one reason
+    ("Input should be a valid string"), not a second one saying it should be None."""
+    return Field(default=None, json_schema_extra=_not_nullable)
 
 
 class EntityPatch(_Request):
@@ -140,14 +147,15 @@ class EntityPatch(_Request):
     """
 
     # Absent is the default, but null is no value (``_not_null``), so the OpenAPI schema offers
-    # neither null nor a null default (a schema-driven client sent null and got a 422).
-    type: StrictStr | SkipJsonSchema[None] = _absent()
-    name: StrictStr | SkipJsonSchema[None] = _absent()
-    content: StrictStr | SkipJsonSchema[None] = _absent()
-    scope: Scope | SkipJsonSchema[None] = _absent()
+    # neither null nor a null default (a schema-driven client sent null and got a 422):
+    # ``_absent`` takes both out of the schema.
+    type: StrictStr | None = _absent()
+    name: StrictStr | None = _absent()
+    content: StrictStr | None = _absent()
+    scope: Scope | None = _absent()
     project: StrictStr | None = None
-    lifecycle: Lifecycle | SkipJsonSchema[None] = _absent()
-    metadata: JsonObject | SkipJsonSchema[None] = _absent()
+    lifecycle: Lifecycle | None = _absent()
+    metadata: JsonObject | None = _absent()
     spans: list[SpanIn] | None = Field(default=None, description=SPANS_DESCRIPTION)
 
     @field_validator("type", "name", "content", "scope", "lifecycle", "metadata", mode="before")
