@@ -664,6 +664,28 @@ async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt
         assert r["metadata"]["focus"]["excerpt"] == ""
 
 
+async def test_focus_excerpt_is_empty_when_the_rows_preview_already_says_it(engine, client):
+    """A row that is its own best span and whose preview already holds the query-centred
+    excerpt sends the words once: ``focus.excerpt`` is ``""`` (a trial found 8 of 10 rows
+    saying them twice). A row whose preview misses them keeps its excerpt."""
+    sfx, org = secrets.token_hex(3), "org_dedup_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "note_short", "Quoll", "The quoll hunts at night in the forest."),
+        _ent(org, sfx, "note_long", "Numbat", SECTION + " The numbat eats termites, not quolls."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query="quoll", content_max_chars=200)
+    by_id = {r["id"]: r for r in got["results"]}
+    short = by_id["note_short"]
+    assert short["metadata"]["focus"]["id"] == "note_short"
+    assert "quoll hunts" in short["content"] and short["metadata"]["focus"]["excerpt"] == ""
+    long = by_id["note_long"]
+    assert "quolls" not in long["content"]  # the preview is the opening: filler
+    assert "quolls" in long["metadata"]["focus"]["excerpt"]
+
+
 async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(engine, client):
     """Without counts (the fallback weights), a word the English table does not know weighs as
     the rarest, so the candidate scans looked for it alone: "Langa xyzzyq" found nothing where
