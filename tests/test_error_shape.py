@@ -134,6 +134,15 @@ async def test_an_unknown_route_answers_as_a_hidden_admin_route(client):
     assert unknown.json() == {"detail": "Not found"}
 
 
+@pytest.mark.parametrize("path", ["/api/search/", "/api/search/expand/", "/api/entities/"])
+async def test_a_trailing_slash_is_a_404_not_a_redirect_to_the_callers_host(client, path):
+    """``POST /api/search/`` answered 307 to ``http://<the request's Host>/api/search``, before
+    any key was checked (a trial): a path the service does not serve is a 404, key or none."""
+    r = await client.post(path, json={}, headers={"Host": "attacker.example"})
+    assert r.status_code == 404 and "location" not in r.headers
+    assert_error_shape(r.status_code, r.json(), r.text, path)
+
+
 async def test_a_422_names_fields_and_reasons_in_one_line(client, owner_key):
     r = await client.post(
         "/api/search/expand",

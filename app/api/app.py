@@ -76,6 +76,10 @@ def create_app(
         version="0.1.0",
         summary="Relational-graph memory for AI agents, on PostgreSQL.",
         lifespan=lifespan,
+        # no 307 to the same path without its trailing slash: that redirect was built from the
+        # caller's Host header and answered before authentication (a trial); a path the
+        # service does not serve is a 404
+        redirect_slashes=False,
     )
     if engine is not None:
         app.state.engine = engine

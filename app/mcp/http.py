@@ -7,8 +7,9 @@
   transaction (:func:`app.domain.session.run_read`), exactly as a REST request does, so a key
   revoked mid-session is refused from its next call.
 - **Mounting.** The route is exactly ``/mcp`` (a plain route, not a ``Mount``, so there is no
-  ``/mcp`` → ``/mcp/`` redirect; ``/mcp/`` redirects to ``/mcp``). The SDK's session manager runs
-  stateless with JSON responses: the verbs are stateless, so no session is kept between calls.
+  ``/mcp`` → ``/mcp/`` redirect; ``/mcp/`` redirects to ``/mcp``, by a relative ``Location``).
+  The SDK's session manager runs stateless with JSON responses: the verbs are stateless, so no
+  session is kept between calls.
   Its task group must be started by the host's lifespan: :func:`mount_mcp` returns that lifespan.
 - **DNS rebinding.** The transport checks ``Host`` (and ``Origin`` when a browser sends one):
   loopback names on any port are allowed, plus the hosts listed in ``SIBYL_MCP_ALLOWED_HOSTS``
@@ -25,7 +26,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, RedirectResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -119,4 +120,14 @@ def mount_mcp(
     manager = server.session_manager
     gate = BearerGate(manager.handle_request, engine)
     app.router.routes.append(Route(MCP_PATH, endpoint=gate, include_in_schema=False))
+    # clients configured with "/mcp/" are sent to "/mcp" by a relative Location (the app's
+    # redirect_slashes is off: it built the Location from the caller's Host header)
+    app.router.routes.append(
+        Route(
+            MCP_PATH + "/",
+            endpoint=lambda _request: RedirectResponse(MCP_PATH, status_code=307),
+            methods=["GET", "POST", "DELETE"],
+            include_in_schema=False,
+        )
+    )
     return lambda _app: manager.run()
