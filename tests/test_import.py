@@ -188,6 +188,11 @@ async def test_commit_batches_says_exactly_which_lines_were_committed(engine, tm
             ' "metadata": {"k": ["\\u0000"]}}',
             "entity.metadata.k: text must be valid UTF-8 without NUL characters",
         ),
+        # a name is one line of printable text, as over REST (an ANSI escape drives terminals)
+        (
+            '{"kind": "entity", "id": "e", "org": "o", "type": "note", "name": "a\\u001b[31m"}',
+            "name",
+        ),
     ],
 )
 def test_malformed_lines_name_their_line(line, reason):

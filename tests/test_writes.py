@@ -201,6 +201,8 @@ async def test_bad_input_is_400_with_the_reason(engine, client):
     content, spans = tiled(["aaaa", "bbbb"])
     cases = [
         ({"type": "note", "name": "  "}, "name"),
+        ({"type": "note", "name": "a\x1b[31mred"}, "control characters"),
+        ({"type": "note", "name": "two\nlines"}, "control characters"),
         ({"type": "Not a word", "name": "x"}, "type"),
         ({"type": "passage", "name": "x"}, "reserved"),
         ({"type": "note", "name": "x", "id": "passage_0123"}, "passage_"),

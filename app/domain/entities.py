@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import unicodedata
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -86,9 +87,15 @@ _type = write_rules.memory_type
 
 
 def _name(value: str) -> str:
+    """A memory's name: stripped, 1..MAX_NAME_CHARS characters, one line of printable text.
+    Control characters (Unicode category Cc: newline, tab, ESC...) are refused (400): a name
+    is printed by lists, CLIs and Markdown packs, where an ANSI escape sequence stored in one
+    would drive the reader's terminal (a trial stored ``"\x1b[31m"`` in a name)."""
     stripped = clean_text(value, field="name").strip()
     if not stripped or len(stripped) > MAX_NAME_CHARS:
         raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
+    if any(unicodedata.category(c) == "Cc" for c in stripped):
+        raise BadRequest("name must be one line without control characters (newline, tab, ESC)")
     return stripped
 
 

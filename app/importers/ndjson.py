@@ -143,7 +143,8 @@ class EntityRec(_Rec):
     id: IdStr
     org: IdStr
     type: TypeStr
-    name: str = Field(min_length=1, max_length=1000)
+    # one line of printable text, as over REST (app.domain.entities._name): no control character
+    name: str = Field(min_length=1, max_length=1000, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")
     content: str = ""
     project: IdStr | None = None
     scope: Literal["project", "private", "org"] | None = None
