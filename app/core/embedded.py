@@ -7,6 +7,7 @@ that folder, and left running after the process exits so that later commands reu
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from pathlib import Path
 
@@ -19,9 +20,21 @@ def embedded_url(pgdata: Path) -> str:
     """
     pgdata.mkdir(parents=True, exist_ok=True)
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+    running = (pgdata / "postmaster.pid").exists()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pgserver
 
         server = pgserver.get_server(pgdata, cleanup_mode=None)
-        return str(server.get_uri())
+        url = str(server.get_uri())
+    if pgdata not in _announced:  # once a process: a CLI command says which server it used
+        _announced.add(pgdata)
+        how = "running" if running else "started; it keeps running after this command"
+        print(
+            f"no DATABASE_URL: using the embedded PostgreSQL in {pgdata} ({how})",
+            file=sys.stderr,
+        )
+    return url
+
+
+_announced: set[Path] = set()
