@@ -231,3 +231,43 @@ async def test_unparseable_bodies_answer_as_the_readme_says(
     }
     r = await client.post("/api/search", content=content, headers=headers)
     assert r.status_code == status and says in r.text, r.text
+
+
+@pytest.mark.parametrize(
+    ("content_type", "keyed", "status"),
+    [
+        ("text/plain", True, 415),
+        ("application/x-www-form-urlencoded", True, 415),
+        ("text/plain; charset=utf-8", False, 401),  # no key: the 401 comes first, as for a 422
+        ("application/json; charset=utf-8", True, 200),
+        ("application/merge-patch+json", True, 200),  # any application/*+json is JSON
+        (None, True, 415),  # no Content-Type: not read as JSON (FastAPI's strict content type)
+    ],
+)
+async def test_a_body_sent_as_another_media_type_is_a_415_that_says_so(
+    client, key, content_type, keyed, status
+):
+    # `curl -d '{"query": "x"}'` without -H sends a form: it answered 422 "body: Input should
+    # be a valid dictionary", which names no cause
+    headers = {**({"Authorization": f"Bearer {key}"} if keyed else {})}
+    if content_type:
+        headers["Content-Type"] = content_type
+    r = await client.post("/api/search", content=b'{"query": "pattern"}', headers=headers)
+    assert r.status_code == status, r.text
+    if status == 415:
+        assert r.json() == {
+            "detail": "The request body must be JSON, sent with Content-Type: application/json"
+        }
+
+
+async def test_a_body_that_is_not_json_names_the_body_and_the_character(client, key):
+    r = await client.post(
+        "/api/search",
+        content=b'{"query": "x",',
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"] == [
+        {"loc": ["body"], "msg": "JSON decode error at character 14", "type": "json_invalid"}
+    ]
+    assert r.json()["detail"] == "Invalid request: body: JSON decode error at character 14"

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
-from app.api.errors import invalid_payload
+from app.api.errors import NOT_JSON, invalid_payload
 from app.api.limits import ADMIN_PREFIX, BodyLimit, HeadAsGet, HiddenAdmin
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
@@ -98,7 +98,24 @@ def create_app(
                 require_key(_bearer(request))
             except Unauthorized as missing:
                 return await _domain(request, missing)
+            if _not_json(request):
+                return JSONResponse({"detail": NOT_JSON}, status_code=415)
         return invalid_payload(exc.errors())
+
+    def _not_json(request: Request) -> bool:
+        """Whether the request sent a body without a JSON media type: ``text/plain``, a form
+        (what ``curl -d`` sends without ``-H 'Content-Type: application/json'``) or no
+        ``Content-Type`` at all. FastAPI reads such a body as bytes (its strict content type)
+        and says "Input should be a valid dictionary", which names no cause.
+        ``application/json`` and any ``application/*+json`` are JSON."""
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        sent = request.headers.get("content-length", "0") != "0" or (
+            "transfer-encoding" in request.headers
+        )
+        is_json = media == "application/json" or (
+            media.startswith("application/") and media.endswith("+json")
+        )
+        return sent and not is_json
 
     def _bearer(request: Request) -> str | None:
         """The request's bearer key (None: none sent)."""

@@ -5,8 +5,8 @@ string written for the caller. A 422 (the body or query does not fit the publish
 ``errors``, one ``{"loc", "msg", "type"}`` per reason, never the rejected value. Statuses:
 400 a value the schema allows but a rule refuses, 401 no valid key, 403 readable but not
 writable, 404 absent or not readable (the same answer), 409 conflict, 412 stale ``If-Match``,
-413 body too large, 422 wrong shape, 503 database unavailable (``Retry-After``), 500 a bug
-(generic message).
+413 body too large, 415 a body sent as another media type than JSON, 422 wrong shape,
+503 database unavailable (``Retry-After``), 500 a bug (generic message).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from app.core.errors import shape_errors, shape_message
+
+NOT_JSON = "The request body must be JSON, sent with Content-Type: application/json"
+"""The 415 of a body sent under another media type (``text/plain``, a form)."""
 
 
 class ShapeErrorOut(BaseModel):

@@ -30,6 +30,7 @@ ERRORS = documented(
         400: "Malformed input (blank id, bad name)",
         401: "Missing or invalid API key",
         404: "Absent or not readable (indistinguishable)",
+        415: "A body sent without `Content-Type: application/json`",
         422: "The body does not fit the schema (missing, unknown or wrong-type field)",
         503: "Database unavailable or statement timeout; see Retry-After",
     }

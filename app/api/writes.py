@@ -64,6 +64,7 @@ WRITE_ERRORS = documented(
         404: "Absent or not readable (indistinguishable)",
         409: "Id taken, SUPERSEDES cycle, or a directory row still in use",
         412: "If-Match does not name the current revision; nothing changed",
+        415: "A body sent without `Content-Type: application/json`",
         422: "The body does not fit the schema (missing, unknown or wrong-type field, or a value "
         "outside the listed choices)",
         503: "Database unavailable or statement timeout; see Retry-After",
@@ -75,6 +76,7 @@ ADMIN_ERRORS = documented(
         403: "Above the admin's own org role",
         404: "Not an admin key (the route does not exist), or no such row",
         409: "Id taken, or the row is still in use",
+        415: "A body sent without `Content-Type: application/json`",
         422: "The body does not fit the schema (missing, unknown or wrong-type field, or a value "
         "outside the listed choices)",
         503: "Database unavailable or statement timeout; see Retry-After",

@@ -93,9 +93,14 @@ def shape_errors(errors: Sequence[Mapping[str, Any]]) -> list[ShapeError]:
     for error in errors:
         loc = [part for part in error.get("loc", ()) if isinstance(part, (str, int))]
         kind = str(error.get("type"))
+        msg = str(error.get("msg", ""))
         if kind == "extra_forbidden" and loc:
             loc = loc[:-1]  # the unknown field's name is the caller's text too: not echoed
-        shaped: ShapeError = {"loc": loc, "msg": str(error.get("msg", "")), "type": kind}
+        if kind == "json_invalid" and len(loc) == 2 and isinstance(loc[1], int):
+            # FastAPI puts the parser's character offset in the location (``body.14``), which
+            # reads as the 15th item of a list: the body is the location, the offset the reason
+            msg, loc = f"{msg} at character {loc[1]}", loc[:1]
+        shaped: ShapeError = {"loc": loc, "msg": msg, "type": kind}
         if shaped not in out:
             out.append(shaped)
     return out
