@@ -16,18 +16,18 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run serve test test-thorough lint typecheck check bench bench-load eval clean
+.PHONY: help install run serve test test-thorough lint typecheck check bench bench-load eval lock clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@echo "› creating .venv and installing sibyl-pg with its dependencies (first time: 1-2 min)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@# pip says nothing while it unpacks and installs (10-20 s): a line every 8 s says it still works
 	@( while sleep 8; do echo "  … pip is still installing"; done ) & ticker=$$!; \
-	  $(BIN)/pip install --progress-bar on -e '.[dev]'; status=$$?; kill $$ticker; exit $$status
+	  $(BIN)/pip install --progress-bar on -c constraints.txt -e '.[dev]'; status=$$?; kill $$ticker; exit $$status
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
@@ -55,8 +55,16 @@ check: lint typecheck ## lint + typecheck
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "› installing the benchmark's extra dependencies"
-	$(BIN)/pip install -e '.[dev,bench]'
+	$(BIN)/pip install -c constraints.txt -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
+
+lock: ## Re-pin constraints.txt to the newest releases pyproject.toml admits (in a scratch venv), then run make check test
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet --upgrade pip
+	.venv-lock/bin/pip install --quiet -e '.[dev,bench]'
+	{ sed -n '/^#/p' constraints.txt; .venv-lock/bin/pip freeze --exclude-editable | grep -vi '^sibyl'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
+	@echo "› constraints.txt re-pinned: git diff constraints.txt, then make check test"
 
 bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md), the 357k-line import, the 60 s load test; BENCH_ARGS=--quick: smoke run
 	$(BIN)/sibyl-pg bench run $(BENCH_ARGS)
