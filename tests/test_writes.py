@@ -10,6 +10,7 @@ never written.
 from __future__ import annotations
 
 import hashlib
+import json
 
 from sqlalchemy import text
 
@@ -426,6 +427,46 @@ async def test_mentions_are_rederived_on_every_body_edit_and_only_to_readable_me
     await call(client, "PATCH", "/api/entities/m", ann, json={"content": "Now [[pub]] only."})
     assert await mentions() == ["pub"]
     assert "m" in await neighbor_ids(client, ann, ["pub"])
+
+
+async def test_an_editor_who_cannot_read_a_link_target_keeps_the_owners_mention_to_it(
+    engine, client
+):
+    """A colleague's edit that keeps the text of a link to a memory only the owner reads keeps
+    the owner's mention (a trial: a typo fix turned it into a pending link, lost to every walk
+    until someone who reads the target saved the body again); the colleague's answers are the
+    ones they would get if that memory did not exist."""
+    t, control = await Team().load(engine), await Team().load(engine, omit="hid")
+
+    async def mentions(org: str) -> list[str]:
+        async with engine.connect() as conn:
+            rows = await conn.execute(
+                text("SELECT dst_id FROM mentions WHERE org_id = :o AND src_id = 'b'"),
+                {"o": org},
+            )
+            return sorted(rows.scalars())
+
+    body = {"id": "b", "type": "note", "name": "B", "project": "p1", "content": "[[hid]], [[n2]]."}
+    seen: dict[str, list] = {}
+    for team in (t, control):
+        bob, ann = await team.key(engine, "bob"), await team.key(engine, "ann")
+        assert (await call(client, "POST", "/api/entities", bob, json=body)).status_code == 201
+        answers = []
+        for content in ("[[hid]], [[n2]]. A typo fixed.", "[[hid]], [[n2]]. A typo fixed."):
+            r = await call(client, "PATCH", "/api/entities/b", ann, json={"content": content})
+            assert r.status_code == 200, r.text
+            answers.append({k: v for k, v in r.json().items() if not k.endswith("_at")})
+        got = await call(client, "GET", "/api/entities/b", ann)
+        answers.append({k: v for k, v in got.json().items() if not k.endswith("_at")})
+        seen[team.org] = json.loads(json.dumps(answers).replace(team.org, "ORG"))
+    assert await mentions(t.org) == ["hid", "n2"]  # bob's mention stays
+    assert await mentions(control.org) == ["n2"]  # no hid: the link waits
+    assert seen[t.org] == seen[control.org]  # ann cannot tell the two orgs apart
+
+    # the editor who deletes the link's text removes the mention, as any body edit does
+    ann = await t.key(engine, "ann")
+    r = await call(client, "PATCH", "/api/entities/b", ann, json={"content": "[[n2]] only."})
+    assert r.status_code == 200 and await mentions(t.org) == ["n2"]
 
 
 async def test_a_link_inside_code_is_code_not_a_mention(engine, client):

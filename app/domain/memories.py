@@ -531,14 +531,26 @@ async def _split_links(
     data: EntityData,
     may_link: Callable[[list[str]], Awaitable[list[str]]] | None,
 ) -> tuple[list[str], list[str]]:
-    """(links that are mentions now, links kept pending), in order of first appearance."""
+    """(links that are mentions now, links kept pending), in order of first appearance.
+
+    A link to a memory the writer cannot read (``may_link`` refuses it) stays pending, exactly
+    as a link to no memory, except a link that is already a mention of this memory (a writer
+    who could read its target wrote it): the link's text is still there, so it stays a mention.
+    A colleague fixing a typo no longer turns the owner's links to memories only the owner
+    reads into pending ones (a trial), and the editor's answer is the same either way (an
+    unchanged re-write is ``unchanged``, not ``repaired``, whether the target is hidden or
+    absent)."""
     wanted = [t for t in links(data.content) if t != data.id]
     if not wanted:
         return [], []
     existing = await writes.referenced_ids(conn, org_id=org_id, ids=wanted)
     targets = [t for t in wanted if t in existing]
     if targets and may_link is not None:
-        targets = await may_link(targets)
+        allowed = set(await may_link(targets))
+        if len(allowed) < len(targets):
+            mentions, _ = await writes.derived_state(conn, org_id=org_id, src_id=data.id)
+            allowed |= mentions
+        targets = [t for t in targets if t in allowed]
     kept = set(targets)
     return targets, [t for t in wanted if t not in kept]
 
