@@ -193,6 +193,10 @@ async def test_commit_batches_says_exactly_which_lines_were_committed(engine, tm
             '{"kind": "entity", "id": "e", "org": "o", "type": "note", "name": "a\\u001b[31m"}',
             "name",
         ),
+        (
+            '{"kind": "entity", "id": "e", "org": "o", "type": "note", "name": "a\\u202eb"}',
+            "entity.name of 'e': Value error, must be one line without control",
+        ),
     ],
 )
 def test_malformed_lines_name_their_line(line, reason):

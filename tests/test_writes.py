@@ -196,6 +196,48 @@ async def test_patch_of_a_wrong_type_says_the_type_it_wants_once(engine, client)
     assert (got["revision"], got["content"], got["name"]) == (1, "body", "n")
 
 
+def labelled(spans: list[dict], label: str) -> list[dict]:
+    """``spans`` with the first one's label replaced."""
+    return [{**spans[0], "label": label}, *spans[1:]]
+
+
+async def test_names_and_labels_in_any_script_are_one_printable_line(engine, client):
+    """The other half of the pair below: names and span labels in right-to-left scripts (with
+    their direction marks), with emoji joined by ZWJ, are stored as sent; a Markdown heading
+    holding an ANSI escape becomes a breadcrumb without it (the body keeps it verbatim)."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    content, spans = tiled(["aaaa", "bbbb"])
+    for name in ("\u05e9\u05dc\u05d5\u05dd\u200f notes", "\U0001f469\u200d\U0001f4bb log"):
+        body = {"type": "note", "name": name, "content": content, "spans": labelled(spans, name)}
+        r = await call(client, "POST", "/api/entities", ann, json={**body, "project": "p1"})
+        assert r.status_code == 201, r.text
+        assert r.json()["name"] == name
+        sliced = await call(
+            client,
+            "POST",
+            "/api/search/slice",
+            ann,
+            json={"entity_id": r.json()["id"], "window": 0},
+        )
+        assert sliced.json()["passages"][0]["breadcrumb"] == name, sliced.text
+
+    heading = "# Red \x1b[31mALERT\x1b[0m\x07 here\n\n" + "wombat " * 300
+    r = await call(
+        client,
+        "POST",
+        "/api/entities",
+        ann,
+        json={"type": "document", "name": "d", "content": heading, "project": "p1"},
+    )
+    assert r.status_code == 201 and r.json()["content"] == heading
+    sliced = await call(
+        client, "POST", "/api/search/slice", ann, json={"entity_id": r.json()["id"]}
+    )
+    crumbs = [p["breadcrumb"] for p in sliced.json()["passages"]]
+    assert crumbs and crumbs[0] == "Red [31mALERT [0m here", crumbs
+
+
 async def test_bad_input_is_400_with_the_reason(engine, client):
     t = await Team().load(engine)
     ann = await t.key(engine, "ann")
@@ -204,6 +246,13 @@ async def test_bad_input_is_400_with_the_reason(engine, client):
         ({"type": "note", "name": "  "}, "name"),
         ({"type": "note", "name": "a\x1b[31mred"}, "control characters"),
         ({"type": "note", "name": "two\nlines"}, "control characters"),
+        ({"type": "note", "name": "two\u2028lines"}, "control characters"),  # LINE SEPARATOR
+        ({"type": "note", "name": "evil\u202etxt.exe"}, "bidirectional"),  # RIGHT-TO-LEFT OVERRIDE
+        ({"type": "note", "name": "\u200b\ufeff "}, "not blank"),  # shows as nothing
+        (
+            {"type": "note", "name": "x", "content": content, "spans": labelled(spans, "\x1b[31m")},
+            "spans[0].label must be one line",
+        ),
         ({"type": "Not a word", "name": "x"}, "type"),
         ({"type": "passage", "name": "x"}, "reserved"),
         ({"type": "note", "name": "x", "id": "passage_0123"}, "passage_"),

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import re
 import secrets
-import unicodedata
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -44,7 +43,7 @@ from app.core.errors import BadRequest, Conflict, Forbidden, NotFound, Precondit
 from app.domain import permissions, write_rules
 from app.domain.memories import EntityData, links, save_entity
 from app.domain.reader import Reader
-from app.domain.validation import ID_RE, clean_text, stored_relationship
+from app.domain.validation import ID_RE, clean_text, line_problem, stored_relationship
 from app.domain.write_schemas import EdgeIn, EdgeOut, EntityCreate, EntityOut, EntityPatch
 from app.repo import entities as repo
 from app.repo import writes as write_repo
@@ -87,15 +86,19 @@ _type = write_rules.memory_type
 
 
 def _name(value: str) -> str:
-    """A memory's name: stripped, 1..MAX_NAME_CHARS characters, one line of printable text.
-    Control characters (Unicode category Cc: newline, tab, ESC...) are refused (400): a name
-    is printed by lists, CLIs and Markdown packs, where an ANSI escape sequence stored in one
-    would drive the reader's terminal (a trial stored ``"\x1b[31m"`` in a name)."""
+    """A memory's name: stripped, 1..MAX_NAME_CHARS characters, one line of printable text
+    (:func:`app.domain.validation.line_problem`: no control character, line separator or bidi
+    override; not only invisible characters), else 400: a name is printed by lists, CLIs and
+    Markdown packs, where an ANSI escape sequence stored in one would drive the reader's
+    terminal (a trial stored ``"\x1b[31m"`` in a name)."""
     stripped = clean_text(value, field="name").strip()
     if not stripped or len(stripped) > MAX_NAME_CHARS:
         raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
-    if any(unicodedata.category(c) == "Cc" for c in stripped):
-        raise BadRequest("name must be one line without control characters (newline, tab, ESC)")
+    problem = line_problem(stripped)
+    if problem == "not blank":
+        raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
+    if problem:
+        raise BadRequest(f"name must be {problem}")
     return stripped
 
 

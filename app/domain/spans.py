@@ -97,6 +97,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice, repeat
 from typing import Any, Literal, NamedTuple
 
+from app.domain.validation import line_problem, printable_line
+
 __all__ = [
     "BREADCRUMB_SEPARATOR",
     "EVIDENCE_LINES_DEFAULT",
@@ -276,12 +278,14 @@ def _line(raw: str) -> str:
 
 
 def _title(raw: str | None) -> str:
-    """Heading text without its closing ``#`` run, whitespace collapsed, at most 60 chars."""
+    """Heading text without its closing ``#`` run, whitespace collapsed, at most 60 chars;
+    control characters, line separators and bidi overrides are spaces (a breadcrumb is printed
+    as a name is: :func:`app.domain.validation.printable_line`)."""
     text = (raw or "").strip()
     closing = _CLOSING_HASHES.search(text)
     if closing:
         text = text[: closing.start()]
-    return _shorten(" ".join(text.split()), HEADING_MAX_CHARS)
+    return _shorten(printable_line(text), HEADING_MAX_CHARS)
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -569,6 +573,9 @@ def declared_spans(body: str, spans: Sequence[Mapping[str, Any]]) -> Projection:
         label = item.get("label")
         if not isinstance(label, str) or not label.strip():
             raise SpanError(f"spans[{index}].label must be a non-blank string")
+        problem = line_problem(label)  # a label is a breadcrumb: printed as a name is
+        if problem:
+            raise SpanError(f"spans[{index}].label must be {problem}")
         if len(label) > LABEL_MAX_CHARS:
             raise SpanError(
                 f"spans[{index}].label is {len(label)} characters long;"

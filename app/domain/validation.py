@@ -4,6 +4,7 @@ names the field, never a stored row (contract §5, §9)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +49,38 @@ def clean_text(value: str, *, field: str) -> str:
     if not is_clean_text(value):
         raise BadRequest(f"{field}: {BAD_TEXT}")
     return value
+
+
+LINE_BREAKS_AND_CONTROLS = "one line without control characters (newline, tab, ESC)"
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Bidirectional embeddings, overrides and isolates: they reorder the text that follows them
+as a terminal or a page shows it (a "Trojan Source" name can read as another). The marks
+U+200E and U+200F, which a right-to-left name may need, are not among them."""
+
+
+def line_problem(value: str) -> str | None:
+    """Why ``value`` is not one line of printable text, or None. Refused: control characters
+    (Unicode Cc: newline, tab, ESC, which would drive the terminal that prints the name), line
+    and paragraph separators (Zl, Zp: U+2028 is a line break in JSON-reading editors) and the
+    bidi controls of :data:`BIDI_CONTROLS`; and text made only of spaces and invisible format
+    characters (Cf: U+200B, U+FEFF), a name that shows as nothing. The rule of memory names
+    (``app.domain.entities``), declared span labels (``app.domain.spans``) and their import."""
+    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS for c in value):
+        return LINE_BREAKS_AND_CONTROLS + " or bidirectional overrides"
+    if all(c.isspace() or unicodedata.category(c) == "Cf" for c in value):
+        return "not blank"
+    return None
+
+
+def printable_line(value: str) -> str:
+    """``value`` with what :func:`line_problem` refuses made harmless, for text derived from
+    a body (a Markdown heading becomes a breadcrumb): each refused character is a space, the
+    spaces collapsed."""
+    kept = (
+        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS else c
+        for c in value
+    )
+    return " ".join("".join(kept).split())
 
 
 def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:

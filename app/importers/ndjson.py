@@ -67,7 +67,13 @@ from app.domain.memories import (
     save_entity,
     unchanged,
 )
-from app.domain.validation import BAD_TEXT, DOT_SEGMENT_ID, DOT_SEGMENTS, stored_relationship
+from app.domain.validation import (
+    BAD_TEXT,
+    DOT_SEGMENT_ID,
+    DOT_SEGMENTS,
+    line_problem,
+    stored_relationship,
+)
 from app.domain.write_schemas import JsonObject
 from app.repo import term_stats, writes
 
@@ -75,6 +81,15 @@ from app.repo import term_stats, writes
 def _not_a_dot_segment(value: str) -> str:
     if value in DOT_SEGMENTS:
         raise ValueError(f"an id {DOT_SEGMENT_ID}")
+    return value
+
+
+def _one_line(value: str) -> str:
+    problem = line_problem(value)  # the rule of names and span labels over REST and MCP
+    if problem == "not blank":
+        raise ValueError("must not be blank")
+    if problem:
+        raise ValueError(f"must be {problem}")
     return value
 
 
@@ -144,7 +159,7 @@ class EntityRec(_Rec):
     org: IdStr
     type: TypeStr
     # one line of printable text, as over REST (app.domain.entities._name): no control character
-    name: str = Field(min_length=1, max_length=1000, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")
+    name: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_one_line)]
     content: str = ""
     project: IdStr | None = None
     scope: Literal["project", "private", "org"] | None = None
