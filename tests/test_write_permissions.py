@@ -366,6 +366,11 @@ async def test_mcp_write_tools_follow_the_rest_rules(engine, client):
             "remember", {"entity_id": entity["id"], "content": "New.", "if_match_revision": 1}
         )
         assert edited.structured_content["revision"] == 2
+        # an id among the arguments is stripped, as every id in a REST body is (README)
+        spaced = await mcp.call_tool("remember", {"entity_id": f" {entity['id']}\t", "name": "Y"})
+        assert not spaced.is_error and spaced.structured_content["revision"] == 3, spaced.content
+        blank = await mcp.call_tool("remember", {"entity_id": "  ", "name": "Y"})
+        assert blank.is_error and blank.content[0].text == "entity_id must be a non-blank string"
         stale = await mcp.call_tool(
             "remember", {"entity_id": entity["id"], "name": "x", "if_match_revision": 1}
         )

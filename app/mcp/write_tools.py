@@ -23,6 +23,7 @@ from app.core.settings import get_settings
 from app.domain import entities as verbs
 from app.domain.reader import Reader
 from app.domain.session import run_write
+from app.domain.validation import require_id
 from app.domain.write_schemas import (
     SPANS_DESCRIPTION,
     EdgeIn,
@@ -146,7 +147,7 @@ def write_tools(surface: Surface) -> list[Tool]:
             return await verbs.update_entity(
                 conn,
                 reader,
-                entity_id,
+                require_id(entity_id, field="entity_id"),  # an argument: stripped as body ids are
                 EntityPatch(**given),
                 if_match=[if_match_revision] if if_match_revision is not None else None,
                 evidence_lines=evidence_lines,
