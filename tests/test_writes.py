@@ -791,3 +791,26 @@ async def test_an_id_of_dots_is_refused_only_as_a_dot_segment(engine, client):
     )
     assert refused.status_code == 400
     assert refused.json() == {"detail": "id cannot be '.' or '..': a URL path cannot name it"}
+
+
+async def test_deleting_an_edge_names_it_once_and_only_it(engine, client):
+    """A delete removes the one edge its three parameters name: a repeated or an unknown
+    parameter is a 400 and nothing is deleted (a trial: `dst=a&dst=b` deleted the edge to b)."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    for dst in ("n2", "shared"):
+        edge = {"src": "n1", "relationship": "DEPENDS_ON", "dst": dst}
+        assert (await call(client, "POST", "/api/edges", ann, json=edge)).status_code == 201
+    before = await counts(engine, t.org)
+    base = "/api/edges?src=n1&relationship=DEPENDS_ON"
+    for query, says in [
+        (f"{base}&dst=n2&dst=shared", "(dst repeated)"),
+        (f"{base}&dst=n2&src=n1", "(src repeated)"),
+        (f"{base}&dst=n2&dry_run=1", "only src, relationship and dst"),
+    ]:
+        r = await call(client, "DELETE", query, ann)
+        assert r.status_code == 400 and says in r.json()["detail"], (query, r.text)
+        assert (await call(client, "DELETE", query, None)).status_code == 401  # the key first
+    assert await counts(engine, t.org) == before
+    assert (await call(client, "DELETE", f"{base}&dst=shared", ann)).status_code == 204
+    assert (await counts(engine, t.org))["edges"] == before["edges"] - 1

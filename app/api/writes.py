@@ -19,7 +19,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import documented
-from app.core.errors import Forbidden, NotFound, Unauthorized
+from app.core.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from app.domain import directory
 from app.domain import entities as verbs
 from app.domain.reader import Reader
@@ -275,6 +275,9 @@ async def create_edge(
     return edge
 
 
+EDGE_PARAMETERS = frozenset({"src", "relationship", "dst"})
+
+
 @entities.delete("/edges", status_code=204)
 async def delete_edge(
     request: Request,
@@ -284,10 +287,21 @@ async def delete_edge(
     dst: Annotated[str, Query(description="Target memory id")],
 ) -> Response:
     """Delete the edge `src -relationship-> dst` (same permissions as writing it). Lifecycles
-    are left as they are. 404 "Edge not found" when there is no such edge."""
+    are left as they are. 404 "Edge not found" when there is no such edge. 400 when a
+    parameter is given twice or an unknown one is given: a delete removes the one edge named,
+    never a guess at it (`dst=a&dst=b` deleted the edge to `b`)."""
     body = EdgeIn(src=src, relationship=relationship, dst=dst)
+    given = request.query_params
+    repeated = sorted({k for k in given if len(given.getlist(k)) > 1} & EDGE_PARAMETERS)
+    unknown = set(given) - EDGE_PARAMETERS
 
     async def verb(conn: AsyncConnection, reader: Reader) -> None:
+        if repeated:  # checked after the key, as every refusal is
+            raise BadRequest(
+                f"give each of src, relationship and dst once ({', '.join(repeated)} repeated)"
+            )
+        if unknown:
+            raise BadRequest("only src, relationship and dst are parameters of this delete")
         await verbs.delete_edge(conn, reader, body)
 
     await _write(request, credentials, verb)
