@@ -58,6 +58,11 @@ as a terminal or a page shows it (a "Trojan Source" name can read as another). T
 U+200E and U+200F, which a right-to-left name may need, are not among them."""
 
 
+def _off_the_line(c: str) -> bool:
+    """A control character, a line or paragraph separator, or a bidi control."""
+    return unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS
+
+
 def line_problem(value: str) -> str | None:
     """Why ``value`` is not one line of printable text, or None. Refused: control characters
     (Unicode Cc: newline, tab, ESC, which would drive the terminal that prints the name), line
@@ -65,7 +70,7 @@ def line_problem(value: str) -> str | None:
     bidi controls of :data:`BIDI_CONTROLS`; and text made only of spaces and invisible format
     characters (Cf: U+200B, U+FEFF), a name that shows as nothing. The rule of memory names
     (``app.domain.entities``), declared span labels (``app.domain.spans``) and their import."""
-    if any(unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS for c in value):
+    if any(_off_the_line(c) for c in value):
         return LINE_BREAKS_AND_CONTROLS + " or bidirectional overrides"
     if all(c.isspace() or unicodedata.category(c) == "Cf" for c in value):
         return "not blank"
@@ -76,11 +81,7 @@ def printable_line(value: str) -> str:
     """``value`` with what :func:`line_problem` refuses made harmless, for text derived from
     a body (a Markdown heading becomes a breadcrumb): each refused character is a space, the
     spaces collapsed."""
-    kept = (
-        " " if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS else c
-        for c in value
-    )
-    return " ".join("".join(kept).split())
+    return " ".join("".join(" " if _off_the_line(c) else c for c in value).split())
 
 
 def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
