@@ -43,7 +43,13 @@ from app.core.errors import BadRequest, Conflict, Forbidden, NotFound, Precondit
 from app.domain import permissions, write_rules
 from app.domain.memories import EntityData, links, save_entity
 from app.domain.reader import Reader
-from app.domain.validation import ID_RE, clean_text, line_problem, stored_relationship
+from app.domain.validation import (
+    ID_RE,
+    NOT_BLANK,
+    clean_text,
+    line_problem,
+    stored_relationship,
+)
 from app.domain.write_schemas import EdgeIn, EdgeOut, EntityCreate, EntityOut, EntityPatch
 from app.repo import entities as repo
 from app.repo import writes as write_repo
@@ -95,7 +101,7 @@ def _name(value: str) -> str:
     if not stripped or len(stripped) > MAX_NAME_CHARS:
         raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
     problem = line_problem(stripped)
-    if problem == "not blank":
+    if problem == NOT_BLANK:
         raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
     if problem:
         raise BadRequest(f"name must be {problem}")

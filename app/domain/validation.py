@@ -52,6 +52,9 @@ def clean_text(value: str, *, field: str) -> str:
 
 
 LINE_BREAKS_AND_CONTROLS = "one line without control characters (newline, tab, ESC)"
+NOT_BLANK = "not blank"
+""":func:`line_problem`'s answer for text of only spaces and invisible characters: callers
+that word a blank value their own way compare against it."""
 BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 """Bidirectional embeddings, overrides and isolates: they reorder the text that follows them
 as a terminal or a page shows it (a "Trojan Source" name can read as another). The marks
@@ -73,7 +76,7 @@ def line_problem(value: str) -> str | None:
     if any(_off_the_line(c) for c in value):
         return LINE_BREAKS_AND_CONTROLS + " or bidirectional overrides"
     if all(c.isspace() or unicodedata.category(c) == "Cf" for c in value):
-        return "not blank"
+        return NOT_BLANK
     return None
 
 

@@ -71,6 +71,7 @@ from app.domain.validation import (
     BAD_TEXT,
     DOT_SEGMENT_ID,
     DOT_SEGMENTS,
+    NOT_BLANK,
     line_problem,
     stored_relationship,
 )
@@ -86,7 +87,7 @@ def _not_a_dot_segment(value: str) -> str:
 
 def _one_line(value: str) -> str:
     problem = line_problem(value)  # the rule of names and span labels over REST and MCP
-    if problem == "not blank":
+    if problem == NOT_BLANK:
         raise ValueError("must not be blank")
     if problem:
         raise ValueError(f"must be {problem}")
