@@ -14,10 +14,12 @@ from sqlalchemy import text
 from app.core.settings import Settings
 from app.domain import policy
 from app.domain.schemas import SearchRequest
-from app.domain.search import search
+from app.domain.search import cover_order, search, weigh
 from app.mcp.server import build_mcp, fixed_key
+from app.repo import search as search_repo
 from app.repo import term_stats
 from app.repo.readers import reader_by_user
+from app.repo.search import Span
 from tests.builders import (
     hidden_stuffing,
     import_dicts,
@@ -869,3 +871,77 @@ async def test_a_hidden_neighbour_is_passed_over_exactly_as_an_absent_one(engine
         want = await _search(client, control["eve"], query=query, **extra)
         assert json.dumps(got) == json.dumps(want)
         assert "a_hidden_dep" not in json.dumps(got)
+
+
+def test_cover_order_lets_a_span_with_the_questions_other_words_into_next():
+    """``focus.next`` in coverage order (``cover_order``): after the best span by BM25, each
+    next one is the span whose query words add the most, a word counting half as much once a
+    chosen span holds it. Spans that only repeat the best one's words wait behind a span with
+    another query word, though BM25 alone ranks them higher; ``covered`` 1 is BM25's order."""
+
+    def span(name: str, **words: float) -> Span:
+        shares = tuple((int(w[1:]), s) for w, s in sorted(words.items()))
+        return Span(id=name, passage_index=0, text_rank=sum(words.values()), words=shares)
+
+    topic = [span(f"topic{i}", w1=5.0 - i / 10, w2=5.0 - i / 10) for i in range(4)]  # 10 .. 9.7
+    other = span("other", w3=6.0)  # BM25 6: last of five
+    bm25 = [*topic, other]
+    assert [s.id for s in cover_order(bm25, 5)] == ["topic0", "other", "topic1", "topic2", "topic3"]
+    assert [s.id for s in cover_order(bm25, 2)] == ["topic0", "other"]
+    assert [s.id for s in cover_order(bm25, 5, covered=1.0)] == [s.id for s in bm25]
+    assert cover_order(bm25, 0) == bm25[:1] and cover_order([], 3) == []
+    # a span adding no new word still beats one adding less: gains, not word counts
+    weak = span("weak", w3=1.0)
+    assert [s.id for s in cover_order([topic[0], topic[1], weak], 3)] == [
+        "topic0",
+        "topic1",
+        "weak",
+    ]
+
+
+async def test_focus_next_names_the_span_holding_the_questions_other_words(engine, client):
+    """End to end: a memory whose sections all repeat its topic words and one section holds the
+    question's other word. BM25 over its spans ranks that section below five topic sections;
+    ``metadata.focus.next`` names it right after the best span, and the best span is BM25's."""
+    sfx, org = secrets.token_hex(3), "org_cover_" + secrets.token_hex(4)
+    topic = "The wombat digs a burrow."
+    sections = "".join(f"## Part {i}\n\n{SECTION}\n\n{topic}\n\n" for i in range(4))
+    answer = f"## Diet\n\n{SECTION}\n\nAt dusk it grazes on tussock grass.\n\n"
+    body = sections + answer + sections
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_wombat", "Wombat handbook", body, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    query = "what tussock grass does the wombat in its burrow eat"
+    got = await _search(client, key, query=query)
+    (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
+    focus = hit["metadata"]["focus"]
+    async with engine.connect() as conn:
+        holder = (
+            await conn.execute(
+                text(
+                    "SELECT id FROM passages WHERE org_id = :o AND parent_id = 'doc_wombat'"
+                    " AND content LIKE '%tussock%'"
+                ),
+                {"o": org},
+            )
+        ).scalar_one()
+        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
+        assert reader is not None
+        weighted, scoring = await weigh(conn, reader, query)
+        plain = await search_repo.focus(
+            conn,
+            reader_params=reader.params(),
+            memories=["doc_wombat"],
+            words=[w for w, _ in weighted],
+            idfs=[i for _, i in weighted],
+            per_memory=64,
+            scoring=scoring,
+        )
+    bm25 = [s.id for s in plain["doc_wombat"].spans]
+    assert holder in bm25 and bm25.index(holder) >= policy.SEARCH_FOCUS_SPANS  # the setup
+    assert focus["id"] == bm25[0] != holder
+    assert focus["next"][0] == holder
+    assert len(focus["next"]) == policy.SEARCH_FOCUS_SPANS - 1

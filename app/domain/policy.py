@@ -59,6 +59,9 @@ SEARCH_BREADCRUMB_WORDS = 3  # the rarest words that find candidates in passage 
 SEARCH_BODY_WORDS = 1  # the rarest words that find candidates anywhere (every word scores;
 # every word finds candidates in memory names)
 SEARCH_FOCUS_SPANS = 5  # a result's best-matching spans named in metadata.focus (id + next)
+SEARCH_FOCUS_COVERED = 0.5  # in focus.next's coverage order, a query word's share of a span's
+# score counts this much less each time a span already chosen holds it (app.domain.search.
+# cover_order; 1 would be plain BM25 order, 0 counts only words no chosen span holds)
 SEARCH_RERANK = 40  # the best memories of the scans whose every span is scored, re-ranked by the
 # best (a fixed count, never from limit or offset, so pages stay one total order)
 SEARCH_PROMOTE_MIN_WEIGHT = 0.90  # the best result's strongest neighbour over a stored

@@ -135,9 +135,11 @@ word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all m
 # Summed in word order (`ORDER BY x.ord`): float addition is not associative, and two documents
 # with the same words and frequencies must score exactly alike whatever order the plan feeds the
 # aggregate (ties are then broken by the stated rule, not by rounding noise).
-_BM25 = """sum(x.idf * x.tf * (CAST(:k1 AS float8) + 1)
+_BM25_WORD = """x.idf * x.tf * (CAST(:k1 AS float8) + 1)
                / (x.tf + CAST(:k1 AS float8) * (1 - CAST(:b AS float8)
-                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8)))
+                  + CAST(:b AS float8) * length(c.tsv) / CAST(:avg_length AS float8)))"""
+"""One matched word's share of a document's BM25 (the summand)."""
+_BM25 = f"""sum({_BM25_WORD}
                ORDER BY x.ord)"""
 
 CANDIDATES_SQL = text(
@@ -511,7 +513,11 @@ documents AS (  -- every current span of each readable memory (a memory never cu
 ),
 {_TERM_FREQUENCIES}scored AS (  -- BM25, the formula and constants of the full-text lane
     SELECT c.memory_id, c.id, c.passage_index,
-           {_BM25} AS text_rank
+           {_BM25} AS text_rank,
+           -- which query words the span holds (their order in :words, 1-based) and each one's
+           -- share of text_rank: what the domain's coverage order of focus.next reads
+           array_agg(x.ord ORDER BY x.ord) AS word_ords,
+           array_agg({_BM25_WORD} ORDER BY x.ord) AS word_scores
     FROM documents c
     JOIN word_tf x ON x.id = c.id
     GROUP BY c.memory_id, c.id, c.passage_index, length(c.tsv)
@@ -526,7 +532,7 @@ best AS (  -- per memory, its :per_memory best spans (ties: the earlier span)
     ) r
     WHERE r.focus_rank <= :per_memory
 )
-SELECT b.memory_id, b.id, b.passage_index, b.text_rank, b.focus_rank,
+SELECT b.memory_id, b.id, b.passage_index, b.text_rank, b.focus_rank, b.word_ords, b.word_scores,
        CASE WHEN b.focus_rank = 1 THEN left(coalesce(p.content, t.content), :text_chars)
             ELSE '' END AS content
 FROM best b
@@ -544,6 +550,9 @@ class Span:
     id: str
     passage_index: int | None
     text_rank: float
+    words: tuple[tuple[int, float], ...] = ()
+    """The query words the span holds: (the word's 1-based position in ``words``, its share of
+    ``text_rank``), in word order; the shares sum to ``text_rank``."""
 
 
 @dataclass(frozen=True)
@@ -596,7 +605,12 @@ async def focus(
     )
     out: dict[str, Focus] = {}
     for r in rows:
-        span = Span(id=r.id, passage_index=r.passage_index, text_rank=float(r.text_rank))
+        span = Span(
+            id=r.id,
+            passage_index=r.passage_index,
+            text_rank=float(r.text_rank),
+            words=tuple(zip(r.word_ords, map(float, r.word_scores), strict=True)),
+        )
         if r.memory_id in out:
             out[r.memory_id].spans.append(span)
         else:
