@@ -533,11 +533,14 @@ best AS (  -- per memory, its :per_memory best spans (ties: the earlier span)
     WHERE r.focus_rank <= :per_memory
 )
 SELECT b.memory_id, b.id, b.passage_index, b.text_rank, b.focus_rank, b.word_ords, b.word_scores,
-       CASE WHEN b.focus_rank = 1 THEN left(coalesce(p.content, t.content), :text_chars)
-            ELSE '' END AS content
+       -- the text of each memory's best span only (one probe a memory, not one a span)
+       CASE WHEN b.focus_rank > 1 THEN ''
+            WHEN b.passage_index IS NULL
+            THEN (SELECT left(t.content, :text_chars) FROM entities t
+                  WHERE t.org_id = :r_org AND t.id = b.memory_id)
+            ELSE (SELECT left(p.content, :text_chars) FROM passages p
+                  WHERE p.org_id = :r_org AND p.id = b.id) END AS content
 FROM best b
-JOIN entities t ON t.org_id = :r_org AND t.id = b.memory_id
-LEFT JOIN passages p ON p.org_id = :r_org AND p.id = b.id AND b.passage_index IS NOT NULL
 ORDER BY b.memory_id, b.focus_rank"""
 )
 
