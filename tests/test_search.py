@@ -622,6 +622,16 @@ async def test_pages_across_the_re_ranked_memories_are_one_order(engine, client)
     assert len(paged) == len(set(paged)) == 56
 
 
+async def _passage_holding(engine, org: str, memory: str, word: str) -> str:
+    """The id of ``memory``'s one passage whose text holds ``word``."""
+    async with engine.connect() as conn:
+        sql = (
+            "SELECT id FROM passages WHERE org_id = :o AND parent_id = :m"
+            " AND content LIKE '%' || :w || '%'"
+        )
+        return (await conn.execute(text(sql), {"o": org, "m": memory, "w": word})).scalar_one()
+
+
 async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt(engine, client):
     """``metadata.focus`` (issue 12): every current span of a result's memory is scored with the
     query (not only those the candidate scans found): the span where the query's words are is
@@ -645,16 +655,7 @@ async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt
     )
     (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
     focus = hit["metadata"]["focus"]
-    async with engine.connect() as conn:
-        holder = (
-            await conn.execute(
-                text(
-                    "SELECT id FROM passages WHERE org_id = :o AND parent_id = 'doc_wombat'"
-                    " AND content LIKE '%eucalyptus%'"
-                ),
-                {"o": org},
-            )
-        ).scalar_one()
+    holder = await _passage_holding(engine, org, "doc_wombat", "eucalyptus")
     assert focus["id"] == holder and isinstance(focus["passage_index"], int)
     assert "eucalyptus" in focus["excerpt"] and len(focus["excerpt"]) <= 120
     assert focus["excerpt"].startswith("...")  # the span's opening is filler: cut before
@@ -918,16 +919,8 @@ async def test_focus_next_names_the_span_holding_the_questions_other_words(engin
     got = await _search(client, key, query=query)
     (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
     focus = hit["metadata"]["focus"]
+    holder = await _passage_holding(engine, org, "doc_wombat", "tussock")
     async with engine.connect() as conn:
-        holder = (
-            await conn.execute(
-                text(
-                    "SELECT id FROM passages WHERE org_id = :o AND parent_id = 'doc_wombat'"
-                    " AND content LIKE '%tussock%'"
-                ),
-                {"o": org},
-            )
-        ).scalar_one()
         reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
         assert reader is not None
         weighted, scoring = await weigh(conn, reader, query)
