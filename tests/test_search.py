@@ -723,6 +723,49 @@ async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(en
     assert await ids("reefs xyzzyq") == alone
 
 
+async def test_many_unknown_words_are_probed_one_by_one_not_joined_against_every_row(
+    engine, client
+):
+    """With the fallback weights every unknown word of a query is probed for a readable row
+    holding it (``sibyl:search.unheld_words``). As ``NOT EXISTS`` the planner turned the probes
+    into an anti join once a query had ~55 such words, comparing every word with every passage
+    (a trial: 57 words of a 274-character query timed out with a 503, 2 s each). Each probe is
+    now a scalar subquery, which the planner cannot join: the plan holds no join over the words,
+    whatever their count, and the answer is the same (held words lead, unheld words last)."""
+    sfx, org = secrets.token_hex(3), "org_manyw_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "d_ident", "Config", "Set zqxtoken to enable reefs monitoring."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    noise = [f"w{i}qx" for i in range(300)]
+    got = await _search(client, key, query=" ".join(["zqxtoken", *noise])[:2000])
+    assert got["filters"]["word_weights"] == "fallback"
+    assert [r["id"] for r in got["results"]] == ["d_ident"]
+    assert got["filters"]["words"][0] == "zqxtoken"  # held: it leads; the unheld go last
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
+        assert reader is not None
+        assert await search_repo.unheld_words(
+            conn, reader_params=reader.params(), words=["zqxtoken", *noise]
+        ) == set(noise)
+        sql = search_repo.UNHELD_WORDS_SQL.text
+        plan = (
+            await conn.execute(
+                text("EXPLAIN (FORMAT JSON) " + sql),
+                {**reader.params(), "words": ["zqxtoken", *noise]},
+            )
+        ).scalar_one()
+
+    def outer(node: dict) -> list[str]:  # the node types outside any subquery's own plan
+        kids = [k for k in node.get("Plans", []) if k.get("Parent Relationship") != "SubPlan"]
+        return [node["Node Type"], *(t for k in kids for t in outer(k))]
+
+    shape = outer(plan[0]["Plan"])
+    assert "Function Scan" in shape and not any("Join" in t or "Nested" in t for t in shape)
+
+
 async def test_filters_say_which_words_the_full_text_lane_used(engine, client):
     """``filters.words``: the query's words the full-text lane looked for, rarest first; with
     counted weights, an empty list for a query of stop words only (it finds nothing, and now
