@@ -15,6 +15,7 @@ from app.core.settings import Settings
 from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import cover_order, search, weigh
+from app.domain.terms import tokens
 from app.mcp.server import build_mcp, fixed_key
 from app.repo import search as search_repo
 from app.repo import term_stats
@@ -981,3 +982,11 @@ async def test_focus_next_names_the_span_holding_the_questions_other_words(engin
     assert focus["id"] == bm25[0] != holder
     assert focus["next"][0] == holder
     assert len(focus["next"]) == policy.SEARCH_FOCUS_SPANS - 1
+
+
+def test_format_characters_at_a_words_ends_are_not_part_of_it():
+    """A bidi control or zero-width character wrapping a query word (a trial: ``filters.words``
+    listed ``quorvex\\u202c``) is dropped from its ends; one alone is no word."""
+    assert tokens("\u202equorvex\u202c blimnar") == ["quorvex", "blimnar"]
+    assert tokens("\u200b\u2066 quorvex \u2069") == ["quorvex"]
+    assert tokens("quorvex \u202equorvex\u202c") == ["quorvex"]  # one word, not two

@@ -47,6 +47,7 @@ configuration and drops its stop words.
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Collection
 
 import wordfreq
@@ -87,9 +88,24 @@ def counted_weight(documents: int, df: int) -> float:
     return math.log(1.0 + (documents - df + 0.5) / (df + 0.5))
 
 
+def _edge_format_chars(token: str) -> str:
+    """``token`` without the invisible format characters (Unicode category Cf: bidi controls,
+    zero-width spaces) at its ends: ``"\u202equorvex\u202c"`` is the word ``quorvex`` (the
+    database's parser drops them too; echoed in ``filters.words`` they looked like another
+    word). Inside a word they stay, as the database reads them."""
+    start, end = 0, len(token)
+    while start < end and unicodedata.category(token[start]) == "Cf":
+        start += 1
+    while end > start and unicodedata.category(token[end - 1]) == "Cf":
+        end -= 1
+    return token[start:end]
+
+
 def tokens(text: str) -> list[str]:
-    """The query's distinct words (lower-cased), in query order."""
-    return list(dict.fromkeys(wordfreq.tokenize(text, "en")))
+    """The query's distinct words (lower-cased), in query order; invisible format characters
+    at a word's ends are not part of it (:func:`_edge_format_chars`)."""
+    cleaned = (_edge_format_chars(t) for t in wordfreq.tokenize(text, "en"))
+    return list(dict.fromkeys(t for t in cleaned if t))
 
 
 def unknown(word: str) -> bool:
