@@ -15,6 +15,7 @@ from app.core.settings import Settings
 from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import cover_order, search, weigh
+from app.domain.spans import MAX_SPANS
 from app.domain.terms import tokens
 from app.mcp.server import build_mcp, fixed_key
 from app.repo import search as search_repo
@@ -974,7 +975,7 @@ async def test_focus_next_names_the_span_holding_the_questions_other_words(engin
             memories=["doc_wombat"],
             words=[w for w, _ in weighted],
             idfs=[i for _, i in weighted],
-            per_memory=64,
+            per_memory=MAX_SPANS,
             scoring=scoring,
         )
     bm25 = [s.id for s in plain["doc_wombat"].spans]
