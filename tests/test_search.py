@@ -16,7 +16,7 @@ from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import cover_order, search, weigh
 from app.domain.spans import MAX_SPANS
-from app.domain.terms import tokens
+from app.domain.terms import asked, tokens
 from app.mcp.server import build_mcp, fixed_key
 from app.repo import search as search_repo
 from app.repo import term_stats
@@ -1017,3 +1017,74 @@ async def test_a_dotted_query_word_finds_a_memory_naming_only_its_last_part(engi
     got = await _search(client, key, query="typing.Annotated")
     assert [r["id"] for r in got["results"]] == ["doc_meta"]
     assert set(got["filters"]["words"]) == {"typing.annotated", "typing", "annotated"}
+
+
+def test_asked_is_the_last_interrogative_clause():
+    """``asked``: the words after the question's last interrogative word; none for a keyword
+    query."""
+    q = "The proposal was withdrawn; what replaced it, and which comment line opens its block?"
+    assert asked(q) == {"comment", "line", "opens", "its", "block"}
+    assert asked("How do context variables work?") == {"do", "context", "variables", "work"}
+    assert asked("wheel archive format") == set()
+    assert asked("what") == set()
+
+
+def test_cover_order_weighs_the_asked_words_more():
+    """A word of the question's ask counts ``asked[w]`` times its share in the coverage order:
+    the span holding it comes before one holding a lead-in word of a higher BM25 share. The
+    same weight on every word changes nothing (the order is by comparison)."""
+
+    def span(name: str, **words: float) -> Span:
+        shares = tuple((int(w[1:]), s) for w, s in sorted(words.items()))
+        return Span(id=name, passage_index=0, text_rank=sum(words.values()), words=shares)
+
+    topic = [span(f"topic{i}", w1=5.0 - i / 10, w2=5.0 - i / 10) for i in range(3)]
+    lead, ask = span("lead", w3=6.0), span("ask", w4=4.0)  # w4 is a word of the ask
+    spans = [*topic, lead, ask]
+    assert [s.id for s in cover_order(spans, 3)] == ["topic0", "lead", "topic1"]
+    weighed = cover_order(spans, 3, asked={4: policy.SEARCH_FOCUS_ASKED})
+    assert [s.id for s in weighed] == ["topic0", "ask", "lead"]
+    every = {w: policy.SEARCH_FOCUS_ASKED for w in (1, 2, 3, 4)}
+    assert [s.id for s in cover_order(spans, 5, asked=every)] == [
+        s.id for s in cover_order(spans, 5)
+    ]
+
+
+async def test_focus_next_puts_the_span_answering_the_ask_first(engine, client):
+    """End to end: the question's lead-in names a word of one section ("nocturnal") and its ask
+    a word of another ("tussock"); ``focus.next`` names the ask's section first, though the
+    coverage order without the ask's weight names the lead-in's first."""
+    sfx, org = secrets.token_hex(3), "org_ask_" + secrets.token_hex(4)
+    topic = "The wombat digs a burrow."
+    sections = "".join(f"## Part {i}\n\n{SECTION}\n\n{topic}\n\n" for i in range(3))
+    habits = f"## Habits\n\n{SECTION}\n\nIt is nocturnal and nocturnal.\n\n"
+    diet = f"## Diet\n\n{SECTION}\n\nAt dusk it grazes on tussock.\n\n"
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_wombat", "Wombat handbook", sections + habits + diet, type="document"),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    query = "The nocturnal wombat digs a burrow; what tussock does it eat?"
+    got = await _search(client, key, query=query)
+    (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
+    diet_span = await _passage_holding(engine, org, "doc_wombat", "tussock")
+    habits_span = await _passage_holding(engine, org, "doc_wombat", "nocturnal")
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
+        assert reader is not None
+        weighted, scoring = await weigh(conn, reader, query)
+        plain = await search_repo.focus(
+            conn,
+            reader_params=reader.params(),
+            memories=["doc_wombat"],
+            words=[w for w, _ in weighted],
+            idfs=[i for _, i in weighted],
+            per_memory=MAX_SPANS,
+            scoring=scoring,
+        )
+    unweighed = [s.id for s in cover_order(plain["doc_wombat"].spans, policy.SEARCH_FOCUS_SPANS)]
+    focus = hit["metadata"]["focus"]
+    assert focus["id"] == unweighed[0] not in (diet_span, habits_span)  # the setup: a topic span
+    assert unweighed.index(habits_span) < unweighed.index(diet_span)  # the setup
+    assert focus["next"][0] == diet_span

@@ -56,7 +56,7 @@ the org admin: ``docs/search.md``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -475,20 +475,28 @@ def match_metadata(ranked: Ranked, lanes: tuple[str, ...]) -> dict[str, Any]:
 
 
 def cover_order(
-    spans: Sequence[search_repo.Span], take: int, covered: float = policy.SEARCH_FOCUS_COVERED
+    spans: Sequence[search_repo.Span],
+    take: int,
+    covered: float = policy.SEARCH_FOCUS_COVERED,
+    asked: Mapping[int, float] | None = None,
 ) -> list[search_repo.Span]:
     """At most ``take`` (≥ 1) of ``spans`` (one memory's, best BM25 first) in the order
     ``metadata.focus`` names them: the best by BM25 first, then each next one the span whose
     query words add the most, a word's share of a span's score counting ``covered`` (0..1)
-    times less for each span already chosen that holds it (ties: the better BM25 rank).
+    times less for each span already chosen that holds it (ties: the better BM25 rank), and
+    ``asked[w]`` times more for a word ``w`` (its 1-based position in the query's words) of the
+    question's last interrogative clause (:func:`app.domain.terms.asked`, weighed
+    :data:`~app.domain.policy.SEARCH_FOCUS_ASKED`; a word not in ``asked`` counts once).
 
     The best spans of a memory often repeat the words of its topic (``wheel`` in every span
     of the wheel PEP) while the question's other words sit in one span further down; this
     diversification (in the spirit of xQuAD's coverage of query aspects) lets that span into
     ``next``. Measured (``docs/eval.md``, 2026-12-02): the evaluation's loop exposed 206 → 211
     of the 232 development questions and 52 → 53 of the clean held-out set's 60; plain
-    coverage (``covered`` 0) exposed fewer than BM25 order (199). Reads only the spans' own
-    scores, so nothing another reader holds enters (§2)."""
+    coverage (``covered`` 0) exposed fewer than BM25 order (199). The asked clause's weight
+    (2026-12-03): 211 → 214 of 232 (docs/eval.md). Reads only the spans' own scores and the
+    query, so nothing another reader holds enters (§2)."""
+    boost = asked or {}
     pool = list(spans)
     if not pool:
         return []
@@ -497,7 +505,10 @@ def cover_order(
     for word, _ in chosen[0].words:
         seen[word] = seen.get(word, 0) + 1
     while pool and len(chosen) < max(1, take):
-        gains = [sum(share * covered ** seen.get(w, 0) for w, share in sp.words) for sp in pool]
+        gains = [
+            sum(share * boost.get(w, 1.0) * covered ** seen.get(w, 0) for w, share in sp.words)
+            for sp in pool
+        ]
         best = max(range(len(pool)), key=lambda i: (gains[i], -i))
         span = pool.pop(best)
         chosen.append(span)
@@ -585,9 +596,16 @@ async def search(
             scoring=scoring,
         )
         return {
-            m: dataclasses.replace(f, spans=cover_order(f.spans, policy.SEARCH_FOCUS_SPANS))
+            m: dataclasses.replace(
+                f, spans=cover_order(f.spans, policy.SEARCH_FOCUS_SPANS, asked=asked)
+            )
             for m, f in scored.items()
         }
+
+    # the words of the question's ask ("..., and what return annotation does it use?"), by
+    # their position in the query's words: focus.next weighs them more (cover_order)
+    ask = terms.asked(query)
+    asked = {n: policy.SEARCH_FOCUS_ASKED for n, (w, _) in enumerate(weighted, start=1) if w in ask}
 
     # every span of the best memories scored once: it re-ranks them and gives their focus
     focused = await focus_of([r.memory_id for r, _ in folded[: policy.SEARCH_RERANK]])

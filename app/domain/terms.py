@@ -58,10 +58,12 @@ import wordfreq
 from app.repo.term_stats import Stats
 
 __all__ = [
+    "ASK_WORDS",
     "MAX_WORDS",
     "MIN_FREQUENCY",
     "MIN_WEIGHT",
     "WORDS_PER_DOCUMENT",
+    "asked",
     "counted_weight",
     "tokens",
     "weight",
@@ -76,6 +78,8 @@ MIN_FREQUENCY = 1e-9
 """The frequency given to words the table does not know (rarer than any it lists)."""
 MIN_WEIGHT = 0.05
 """Words weighing less (the commonest English words) are dropped when others are left."""
+ASK_WORDS = frozenset({"what", "which", "how", "why", "when", "where", "who", "whom", "whose"})
+"""The English interrogative words that open the clause :func:`asked` returns."""
 
 
 def weight(word: str) -> float:
@@ -130,6 +134,20 @@ def tokens(text: str) -> list[str]:
     at a word's ends are not part of it (:func:`_edge_format_chars`); a dotted name brings its
     parts (``typing.annotated``, ``typing``, ``annotated``)."""
     return list(dict.fromkeys(_words_in_order(text)))
+
+
+def asked(text: str) -> set[str]:
+    """The words of a question's last interrogative clause: every word after the last of
+    :data:`ASK_WORDS` (``"The proposal ... was withdrawn; what replaced it, and what return
+    annotation does a narrowing function use?"`` → ``return``, ``annotation``, ``does``, ``a``,
+    ``narrowing``, ``function``, ``use``). Empty when ``text`` has none (a keyword query).
+
+    Why: an agent's question often describes the memory first (its topic, which every span of
+    it repeats) and asks for one detail last; search's ``metadata.focus.next`` weighs these
+    words more (:data:`app.domain.policy.SEARCH_FOCUS_ASKED`)."""
+    words = _words_in_order(text)
+    last = max((i for i, w in enumerate(words) if w in ASK_WORDS), default=None)
+    return set(words[last + 1 :]) if last is not None else set()
 
 
 def unknown(word: str) -> bool:
