@@ -195,7 +195,7 @@ async def test_commit_batches_says_exactly_which_lines_were_committed(engine, tm
         ),
         (
             '{"kind": "entity", "id": "e", "org": "o", "type": "note", "name": "a\\u202eb"}',
-            "entity.name of 'e': Value error, must be one line without control",
+            "entity.name of 'e': must be one line without control",
         ),
     ],
 )

@@ -298,7 +298,8 @@ def parse_line(line_no: int, raw: str) -> Record | None:
         where = ".".join(str(p) for p in err["loc"]) or "record"
         rid = obj.get("id") if isinstance(obj, dict) else None
         named = f" of '{rid}'" if isinstance(rid, str) and len(rid) <= 128 else ""
-        raise ImportError_(line_no, f"{where}{named}: {err['msg']}") from None
+        said = err["msg"].removeprefix("Value error, ")  # pydantic's prefix: noise to a reader
+        raise ImportError_(line_no, f"{where}{named}: {said}") from None
     _refuse_nul(line_no, rec.model_dump(mode="json"), kind=rec.kind)
     return rec
 
