@@ -645,6 +645,7 @@ def _spans(*bounds: tuple[int, int]) -> list[dict[str, object]]:
         (_spans((-1, 22)), "must start at 0"),
         ([{"start": 0, "end": 22, "label": "   "}], "non-blank string"),
         ([{"start": 0, "end": 22, "label": ""}], "non-blank string"),
+        ([{"start": 0, "end": 22, "label": "\u200b\u200b"}], "label must be a non-blank string"),
         ([{"start": 0, "end": 22, "label": 7}], "non-blank string"),
         ([{"start": 0, "end": 22}], "label must be a non-blank string"),
         ([{"start": 0, "end": 22, "label": "x" * 201}], "at most 200"),

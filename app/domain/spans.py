@@ -97,7 +97,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice, repeat
 from typing import Any, Literal, NamedTuple
 
-from app.domain.validation import line_problem, printable_line
+from app.domain.validation import NOT_BLANK, line_problem, printable_line
 
 __all__ = [
     "BREADCRUMB_SEPARATOR",
@@ -574,6 +574,8 @@ def declared_spans(body: str, spans: Sequence[Mapping[str, Any]]) -> Projection:
         if not isinstance(label, str) or not label.strip():
             raise SpanError(f"spans[{index}].label must be a non-blank string")
         problem = line_problem(label)  # a label is a breadcrumb: printed as a name is
+        if problem == NOT_BLANK:  # only invisible characters (zero-width spaces): blank too
+            raise SpanError(f"spans[{index}].label must be a non-blank string")
         if problem:
             raise SpanError(f"spans[{index}].label must be {problem}")
         if len(label) > LABEL_MAX_CHARS:
