@@ -993,32 +993,6 @@ def test_format_characters_at_a_words_ends_are_not_part_of_it():
     assert tokens("quorvex \u202equorvex\u202c") == ["quorvex"]  # one word, not two
 
 
-def test_a_dotted_name_also_brings_its_parts():
-    """``typing.Annotated`` is one word to the tokenizer and one lexeme to the database, while a
-    text may name it ``Annotated``: the query's words hold the dotted name and each part. A
-    version or an abbreviation (a part without a letter, or of one character) stays whole."""
-    assert tokens("typing.Annotated twice") == ["typing.annotated", "typing", "annotated", "twice"]
-    assert tokens("os.path.join") == ["os.path.join", "os", "path", "join"]
-    assert tokens("Python 3.12, e.g. v1.0") == ["python", "3.12", "e.g", "v1.0"]
-    assert tokens("typing typing.annotated") == ["typing", "typing.annotated", "annotated"]
-
-
-async def test_a_dotted_query_word_finds_a_memory_naming_only_its_last_part(engine, client):
-    """A memory that writes ``Annotated`` (never ``typing.Annotated``) is found by a query that
-    writes the dotted name: before, its one query word matched no lexeme of that memory."""
-    sfx, org = secrets.token_hex(3), "org_dotted_" + secrets.token_hex(4)
-    records = [
-        *_open_org(sfx, org, {"ann": "member"}),
-        _ent(org, sfx, "doc_meta", "Metadata notes", "Annotated keeps duplicated metadata."),
-        _ent(org, sfx, "doc_other", "Other notes", "Nothing of the kind is kept here."),
-    ]
-    await import_dicts(engine, records)
-    key = await make_key(engine, f"user_ann_{sfx}")
-    got = await _search(client, key, query="typing.Annotated")
-    assert [r["id"] for r in got["results"]] == ["doc_meta"]
-    assert set(got["filters"]["words"]) == {"typing.annotated", "typing", "annotated"}
-
-
 def test_asked_is_the_last_interrogative_clause():
     """``asked``: the words after the question's last interrogative word; none for a keyword
     query."""

@@ -34,17 +34,14 @@ identifiers, get that floor);
 (``the``), about 15 for an unknown word, about 7 for ``python``, 4 for ``table``.
 
 **Words.** ``wordfreq.tokenize(text, "en")``: lower-cased words, punctuation dropped
-(``pyproject.toml`` stays one word, ``build-related`` gives ``build`` and ``related``); a dotted
-name also gives its parts (``typing.Annotated``: ``typing.annotated``, ``typing``,
-``annotated``; each part of 2 characters or more with a letter), as a text may name it either
-way and the database indexes the dotted form as one lexeme. Each word once; those weighing under
-:data:`MIN_WEIGHT` are dropped (unless nothing else is left), and of the rest the
-:data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with counts, a word no
-counted document holds goes after the others (it weighs the most yet a scan for it finds
-nothing, and the candidate scans look for the rarest words first); with the fallback, so does a
-word the table does not know that no row the reader reads holds (one probe, only for such words:
-``sibyl:search.unheld_words``). The database stems each word with the ``english`` configuration
-and drops its stop words.
+(``pyproject.toml`` stays one word, ``build-related`` gives ``build`` and ``related``). Each
+word once; those weighing under :data:`MIN_WEIGHT` are dropped (unless nothing else is left),
+and of the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with
+counts, a word no counted document holds goes after the others (it weighs the most yet a scan
+for it finds nothing, and the candidate scans look for the rarest words first); with the
+fallback, so does a word the table does not know that no row the reader reads holds (one probe,
+only for such words: ``sibyl:search.unheld_words``). The database stems each word with the
+``english`` configuration and drops its stop words.
 """
 
 from __future__ import annotations
@@ -108,31 +105,15 @@ def _edge_format_chars(token: str) -> str:
     return token[start:end]
 
 
-def _dotted_parts(token: str) -> list[str]:
-    """The parts of a dotted name (``typing.annotated`` → ``typing``, ``annotated``): each part
-    at least 2 characters with a letter, else none (``3.12``, ``e.g`` stay whole)."""
-    parts = token.split(".")
-    if len(parts) > 1 and all(len(p) > 1 and any(c.isalpha() for c in p) for p in parts):
-        return parts
-    return []
-
-
 def _words_in_order(text: str) -> list[str]:
-    """Every word of ``text`` (lower-cased, repeats kept) in order, a dotted name followed by
-    its parts: the tokenizer keeps ``typing.Annotated`` one word (the database's parser makes
-    it one lexeme too), while a text that names it ``Annotated`` holds only the part."""
-    out: list[str] = []
-    for raw in wordfreq.tokenize(text, "en"):
-        token = _edge_format_chars(raw)
-        if token:
-            out += [token, *_dotted_parts(token)]
-    return out
+    """Every word of ``text`` (lower-cased, repeats kept) in order."""
+    cleaned = (_edge_format_chars(t) for t in wordfreq.tokenize(text, "en"))
+    return [t for t in cleaned if t]
 
 
 def tokens(text: str) -> list[str]:
     """The query's distinct words (lower-cased), in query order; invisible format characters
-    at a word's ends are not part of it (:func:`_edge_format_chars`); a dotted name brings its
-    parts (``typing.annotated``, ``typing``, ``annotated``)."""
+    at a word's ends are not part of it (:func:`_edge_format_chars`)."""
     return list(dict.fromkeys(_words_in_order(text)))
 
 
