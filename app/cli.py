@@ -458,7 +458,7 @@ def eval_(
         typer.Option(
             "--questions",
             help="A question set (JSON Lines; repeatable; default: eval/questions.jsonl, "
-            "eval/heldout.jsonl and the clean held-out sets eval/heldout2-5.jsonl)",
+            "eval/heldout.jsonl and the clean held-out sets eval/heldout2.jsonl and on)",
         ),
     ] = None,
     json_out: Annotated[

@@ -71,7 +71,7 @@ def test_question_files_are_well_formed(tmp_path: Path):
     held = load_questions(PROJECT_ROOT / "eval" / "heldout.jsonl")
     assert len(main) >= 40 and len(held) >= 12
     sets = [load_questions(path) for _, path in QUESTION_SETS]
-    assert len(sets) == 8 and sets[0] == main and sets[1] == held
+    assert len(sets) == 9 and sets[0] == main and sets[1] == held
     ids = [q.id for qs in sets for q in qs]
     questions = [q.question for qs in sets for q in qs]
     assert len(ids) == len(set(ids)) and len(questions) == len(set(questions))

@@ -45,6 +45,7 @@ QUESTION_SETS = (
     ("heldout5", PROJECT_ROOT / "eval" / "heldout5.jsonl"),
     ("heldout6", PROJECT_ROOT / "eval" / "heldout6.jsonl"),
     ("heldout7", PROJECT_ROOT / "eval" / "heldout7.jsonl"),
+    ("heldout8", PROJECT_ROOT / "eval" / "heldout8.jsonl"),
 )
 
 
