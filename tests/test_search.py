@@ -8,6 +8,7 @@ import json
 import secrets
 
 import pytest
+import wordfreq
 from mcp import Client
 from sqlalchemy import text
 
@@ -991,6 +992,44 @@ def test_format_characters_at_a_words_ends_are_not_part_of_it():
     assert tokens("\u202equorvex\u202c blimnar") == ["quorvex", "blimnar"]
     assert tokens("\u200b\u2066 quorvex \u2069") == ["quorvex"]
     assert tokens("quorvex \u202equorvex\u202c") == ["quorvex"]  # one word, not two
+
+
+def test_query_words_are_lower_cased_as_the_index_lower_cases_text():
+    """Split as ``wordfreq.tokenize`` splits, but lower-cased one character at a time as the
+    database lower-cases what it indexes, not case-folded: ``Straße`` stays ``straße`` (the
+    index's lexeme), ``İ`` is ``i``; where the two agree the words are wordfreq's own."""
+    assert tokens("Straße ﬁnance İstanbul ΣΊΣΥΦΟΣ µs") == [
+        "straße", "ﬁnance", "istanbul", "σίσυφοσ", "µs",
+    ]  # fmt: skip
+    question = "Which table of pyproject.toml holds build-related data? Don't 'quote' it."
+    assert tokens(question) == list(dict.fromkeys(wordfreq.tokenize(question, "en")))
+
+
+async def test_a_word_wordfreq_would_case_fold_finds_the_memory_holding_it(engine, client):
+    """A memory writing ``Straße``, ``ﬁnance`` or ``İSTANBUL`` is found by that word as a user
+    types it; before, the query was case-folded (``strasse``, ``finance``) while the index
+    holds ``straße`` and ``ﬁnanc``, and nothing matched."""
+    sfx, org = secrets.token_hex(3), "org_fold_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "doc_street", "Street notes", "The office moved to the Hauptstraße."),
+        _ent(org, sfx, "doc_money", "Money notes", "The ﬁnance team signs every invoice."),
+        _ent(org, sfx, "doc_city", "City notes", "The second office is in İSTANBUL."),
+        _ent(org, sfx, "doc_other", "Other notes", "Nothing of the kind is kept here."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    for query, want in [
+        ("Hauptstraße", "doc_street"),
+        ("hauptstraße", "doc_street"),
+        ("ﬁnance", "doc_money"),
+        ("İstanbul", "doc_city"),
+        ("istanbul", "doc_city"),
+    ]:
+        got = await _search(client, key, query=query)
+        assert [r["id"] for r in got["results"]] == [want], query
+    got = await _search(client, key, query="Hauptstrasse")  # another spelling: another word
+    assert got["results"] == []
 
 
 def test_asked_is_the_last_interrogative_clause():

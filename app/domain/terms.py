@@ -33,8 +33,12 @@ identifiers, get that floor);
 ``ln(1 + (1 − p) / (p + MIN_FREQUENCY × WORDS_PER_DOCUMENT))``: 0 for a word in every document
 (``the``), about 15 for an unknown word, about 7 for ``python``, 4 for ``table``.
 
-**Words.** ``wordfreq.tokenize(text, "en")``: lower-cased words, punctuation dropped
-(``pyproject.toml`` stays one word, ``build-related`` gives ``build`` and ``related``). Each
+**Words.** Split as ``wordfreq.tokenize(text, "en")`` splits them (NFC, its token expression,
+apostrophes at a word's ends stripped), punctuation dropped (``pyproject.toml`` stays one word,
+``build-related`` gives ``build`` and ``related``), then lower-cased one character at a time as
+the database lower-cases the text it indexes: not case-folded as ``wordfreq`` does, which
+turned ``Straße`` into ``strasse`` and ``ﬁnance`` into ``finance`` while the index holds
+``straße`` and ``ﬁnanc``, so such a word never matched (a new-user trial, 2026-12-02). Each
 word once; those weighing under :data:`MIN_WEIGHT` are dropped (unless nothing else is left),
 and of the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with
 counts, a word no counted document holds goes after the others (it weighs the most yet a scan
@@ -51,6 +55,7 @@ import unicodedata
 from collections.abc import Collection
 
 import wordfreq
+from wordfreq.tokens import TOKEN_RE
 
 from app.repo.term_stats import Stats
 
@@ -105,9 +110,19 @@ def _edge_format_chars(token: str) -> str:
     return token[start:end]
 
 
+def _lower(token: str) -> str:
+    """``token`` lower-cased one character at a time, as PostgreSQL's full-text parser does
+    (``towlower`` per character): ``ß`` and ligatures stay, ``Σ`` is always ``σ``, ``İ`` is
+    ``i`` (Python's ``str.lower`` gives ``i`` and a combining dot, here only the ``i``)."""
+    return "".join(c.lower()[:1] for c in token)
+
+
 def _words_in_order(text: str) -> list[str]:
-    """Every word of ``text`` (lower-cased, repeats kept) in order."""
-    cleaned = (_edge_format_chars(t) for t in wordfreq.tokenize(text, "en"))
+    """Every word of ``text`` (lower-cased by :func:`_lower`, repeats kept) in order: the
+    tokens of ``wordfreq.tokenize(text, "en")`` (its expression over the NFC text; English
+    needs no other step) before its case folding."""
+    found = TOKEN_RE.findall(unicodedata.normalize("NFC", text))
+    cleaned = (_edge_format_chars(_lower(t.strip("'"))) for t in found)
     return [t for t in cleaned if t]
 
 
