@@ -88,6 +88,7 @@ __all__ = [
     "normalize_lifecycles",
     "normalize_query",
     "promote",
+    "promote_first",
     "promotion_of",
     "rerank",
     "rrf_score",
@@ -351,6 +352,39 @@ async def promotion_of(
     )
 
 
+async def promote_first(
+    conn: AsyncConnection,
+    reader: Reader,
+    folded: list[tuple[Ranked, list[str]]],
+    *,
+    types: list[str] | None,
+    lifecycles: list[str],
+    project: str | None,
+) -> list[tuple[Ranked, list[str]]]:
+    """``folded`` (re-ranked, best first) with one neighbour promoted (:func:`promote`): the
+    first result's (:func:`promotion_of`), listed second; when the first result has none, the
+    second result's, listed third, right after it (unless it is the first result). At most one
+    row moves, and only onto the first three. Why the second: a question that describes a
+    memory by words another memory also holds (PEP 684's "subinterpreter ... GIL" question
+    matched PEP 499 first) still gets what the memory it describes depends on (2026-12-03,
+    ``docs/search.md``). One or two ``sibyl:search.promote`` statements."""
+    if not folded:
+        return folded
+    first = await promotion_of(
+        conn, reader, folded[0][0].memory_id, types=types, lifecycles=lifecycles, project=project
+    )
+    if first is not None:
+        return promote(folded, first)
+    if len(folded) < 2:
+        return folded
+    second = await promotion_of(
+        conn, reader, folded[1][0].memory_id, types=types, lifecycles=lifecycles, project=project
+    )
+    if second is None or second.id == folded[0][0].memory_id:
+        return folded
+    return [folded[0], *promote(folded[1:], second)]
+
+
 def fold(ranked: list[Ranked]) -> list[tuple[Ranked, list[str]]]:
     """One entry per memory: its best-ranked hit (the memory or one of its passages), with the
     ids of its other hits, best first. Order is the order of each memory's best hit."""
@@ -612,17 +646,10 @@ async def search(
     folded = rerank(
         folded, {m: f.spans[0].text_rank for m, f in focused.items()}, policy.SEARCH_RERANK
     )
-    if folded:  # the best result's strongest typed neighbour goes right after it
-        promotion = await promotion_of(
-            conn,
-            reader,
-            folded[0][0].memory_id,
-            types=types,
-            lifecycles=lifecycles,
-            project=project,
-        )
-        if promotion is not None:
-            folded = promote(folded, promotion)
+    # the best result's strongest typed neighbour goes right after it (else the second's)
+    folded = await promote_first(
+        conn, reader, folded, types=types, lifecycles=lifecycles, project=project
+    )
     page = folded[offset : offset + limit]
     rows = await search_repo.hits(
         conn,

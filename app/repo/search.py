@@ -5,8 +5,9 @@ bound reader may see them; the domain (:mod:`app.domain.search`, whose docstring
 ranking) fuses the ranks (reciprocal rank fusion), folds a memory's hits together and pages.
 ``sibyl:search.hits`` then reads the rows of one page; ``sibyl:search.focus`` scores every span
 of the best memories (the re-ranking and ``metadata.focus``); ``sibyl:search.promote`` finds the
-best result's strongest typed neighbour (listed after it); ``sibyl:search.unheld_words``
-(fallback weights only) tells which unknown words no readable row holds. All embed the read
+best result's (else the second's) strongest typed neighbour (listed after it);
+``sibyl:search.unheld_words`` (fallback weights only) tells which unknown words no readable row
+holds. All embed the read
 rule on the ``entities`` row (a passage: its parent's), and every filter (read rule, lifecycle,
 types, project, current revision of a span) sits in the arm that finds a row, **before** any
 cap, rank or page: a row the reader may not read neither takes a slot nor moves another row's
