@@ -1001,6 +1001,48 @@ async def test_a_hidden_neighbour_of_the_second_result_is_passed_over_as_an_abse
         assert "a_hidden_dep2" not in json.dumps(got)
 
 
+async def test_a_promoted_rows_focus_follows_the_questions_ask(engine, client):
+    """A promoted row is listed for its edge, and a hop question's lead-in describes the row
+    above it: the promoted memory's ``focus`` is chosen by the words after the question's last
+    interrogative word only. Here its sections repeat the lead-in's rare word, one section holds
+    the ask's words; scored with every word, the focus was a lead-in section."""
+    sfx, org = secrets.token_hex(3), "org_askfocus_" + secrets.token_hex(4)
+    lead = "## Part {i}\n\n" + SECTION + "\n\nThe zorblat layer keeps its pages.\n\n"
+    answer = "## Sweeping\n\n" + SECTION + "\n\nCold blocks are evicted by the sweeper.\n\n"
+    body = "".join(lead.format(i=i) for i in range(3)) + answer + lead.format(i=3)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "plan", "Zorblat fennix plan", "zorblat fennix " * 4),
+        _ent(org, sfx, "layer", "Storage layer handbook", body, type="document"),
+        {"kind": "edge", "org": org, "src": "plan", "dst": "layer", "relationship": "DEPENDS_ON"},
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    query = "The zorblat fennix plan rests on a layer; in it, how are cold blocks evicted?"
+    got = await _search(client, key, query=query)
+    assert [r["id"] for r in got["results"]][:1] == ["plan"]
+    (row,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "layer"]
+    assert row["metadata"]["match"]["promoted_by"]["id"] == "plan"
+    holder = await _passage_holding(engine, org, "layer", "evicted")
+    assert row["metadata"]["focus"]["id"] == holder
+    assert "evicted" in row["metadata"]["focus"]["excerpt"]
+    # the setup: scored with every word of the question, the best span is a lead-in section
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
+        assert reader is not None
+        weighted, scoring = await weigh(conn, reader, query)
+        plain = await search_repo.focus(
+            conn,
+            reader_params=reader.params(),
+            memories=["layer"],
+            words=[w for w, _ in weighted],
+            idfs=[i for _, i in weighted],
+            per_memory=MAX_SPANS,
+            scoring=scoring,
+        )
+    assert plain["layer"].spans[0].id != holder
+
+
 def test_cover_order_lets_a_span_with_the_questions_other_words_into_next():
     """``focus.next`` in coverage order (``cover_order``): after the best span by BM25, each
     next one is the span whose query words add the most, a word counting half as much once a

@@ -81,6 +81,7 @@ __all__ = [
     "Ranked",
     "SearchRequest",
     "find_candidates",
+    "focus_by_ask",
     "fold",
     "fuse",
     "hit_fields",
@@ -385,6 +386,43 @@ async def promote_first(
     return [folded[0], *promote(folded[1:], second)]
 
 
+async def focus_by_ask(
+    conn: AsyncConnection, reader: Reader, query: str, memories: list[str]
+) -> tuple[list[tuple[str, float]], dict[str, search_repo.Focus]]:
+    """The focus of ``memories`` (the promoted rows' memories) chosen by the words of the
+    question's ask only (:func:`app.domain.terms.asked`: the words after its last interrogative
+    word, weighed as a query of their own, so a common ask word left out of the 12 the lane
+    kept is back), spans in :func:`cover_order`; with those weighted words, for the excerpt.
+    Empty when ``query`` has no ask, or no memory has a span holding one of its words (that
+    memory keeps the focus of the whole query).
+
+    Why: a promoted row is listed for its edge to the row above it, and the lead-in of a hop
+    question ("The proposal that X builds on an earlier PEP; in that design, what does it mean
+    when ...?") describes that row, not this one: scored with every word, its best spans were
+    those repeating the lead-in (2026-12-03, ``docs/search.md``). Reads only the memories' own
+    spans and the reader's statistics (§2)."""
+    ask = terms.asked(query)
+    words = [w for w in terms.tokens(query) if w in ask]
+    if not memories or not words:
+        return [], {}
+    weighted, scoring = await weigh(conn, reader, " ".join(words))
+    if not weighted:
+        return [], {}
+    scored = await search_repo.focus(
+        conn,
+        reader_params=reader.params(),
+        memories=memories,
+        words=[w for w, _ in weighted],
+        idfs=[idf for _, idf in weighted],
+        per_memory=MAX_SPANS,
+        scoring=scoring,
+    )
+    return weighted, {
+        m: dataclasses.replace(f, spans=cover_order(f.spans, policy.SEARCH_FOCUS_SPANS))
+        for m, f in scored.items()
+    }
+
+
 def fold(ranked: list[Ranked]) -> list[tuple[Ranked, list[str]]]:
     """One entry per memory: its best-ranked hit (the memory or one of its passages), with the
     ids of its other hits, best first. Order is the order of each memory's best hit."""
@@ -591,8 +629,10 @@ async def search(
     next page exists. Each result's ``metadata.match`` gives its lane ranks and
     ``metadata.collapsed`` (when present) the ids of the same memory's lower-ranked hits, and
     ``metadata.focus`` (when the memory holds a query word) its best-matching span over all its
-    current spans with a query-focused excerpt (:func:`focus_metadata`); ``content`` stays the
-    preview (the hit's opening), as the contract rules.
+    current spans with a query-focused excerpt (:func:`focus_metadata`; for a row promoted for
+    its edge, :func:`promote_first`, chosen by the words of the question's ask:
+    :func:`focus_by_ask`); ``content`` stays the preview (the hit's opening), as the contract
+    rules.
     Raises ``BadRequest`` (400) for a blank or too long query, an unknown lifecycle, a type or
     project name outside its alphabet. A named project the reader cannot read answers exactly as
     a project that does not exist: no results.
@@ -660,6 +700,11 @@ async def search(
     unfocused = [r.memory_id for r, _ in page if r.memory_id not in focused]
     if unfocused:  # a page past the re-ranked memories
         focused = {**focused, **await focus_of(unfocused)}
+    # a promoted row is listed for its edge: its focus follows the question's ask
+    ask_weighted, by_ask = await focus_by_ask(
+        conn, reader, query, [r.memory_id for r, _ in page if r.promoted_by is not None]
+    )
+    focused = {**focused, **by_ask}
     results: list[SearchResult] = []
     for r, collapsed in page:
         hit = rows.get(r.id)
@@ -671,7 +716,9 @@ async def search(
             fields["metadata"]["collapsed"] = collapsed
         best = focused.get(r.memory_id)
         if best is not None:
-            focus = focus_metadata(best, weighted, preview_chars)
+            focus = focus_metadata(
+                best, ask_weighted if r.memory_id in by_ask else weighted, preview_chars
+            )
             if focus["id"] == r.id and _holds(fields["content"], focus["excerpt"]):
                 focus["excerpt"] = ""  # the row is that span and its preview already says it
             fields["metadata"]["focus"] = focus
