@@ -298,6 +298,7 @@ async def test_bounds_are_clamped_and_malformed_input_refused(engine, client):
     assert (await _search(client, key, query=WORD))["limit"] == policy.SEARCH_LIMIT.default
     for body in (
         {"query": "  "},
+        {"query": "\u200b\u2066 \ufeff"},  # only invisible characters: as blank
         {"query": WORD, "types": ["bad type"]},
         {"query": WORD, "lifecycle": ["zombie"]},
         {"query": "x" * 2001},

@@ -56,6 +56,7 @@ the org admin: ``docs/search.md``.
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,10 +149,12 @@ class Ranked:
 
 
 def normalize_query(value: str, *, field: str) -> str:
-    """The stripped query; ``BadRequest`` when blank or longer than
-    :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
+    """The stripped query; ``BadRequest`` when blank (only spaces and invisible format
+    characters, Unicode category Cf such as U+200B, which the database's parser drops: such a
+    query answered 200 with no words while ``"  "`` answered 400; a new-user trial) or longer
+    than :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
     stripped = value.strip()
-    if not stripped:
+    if all(c.isspace() or unicodedata.category(c) == "Cf" for c in stripped):
         raise BadRequest(f"{field} must be a non-blank string")
     if len(stripped) > policy.MAX_QUERY_CHARS:
         raise BadRequest(f"{field} must be at most {policy.MAX_QUERY_CHARS} characters")
