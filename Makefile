@@ -49,7 +49,7 @@ lint: install ## ruff (lint + format check)
 	$(BIN)/ruff format --check app tests migrations eval
 
 typecheck: install ## mypy
-	$(BIN)/mypy app
+	$(BIN)/mypy app tests
 
 check: lint typecheck ## lint + typecheck
 

@@ -99,7 +99,7 @@ async def test_a_write_during_a_rebuild_keeps_the_org_due(engine, client, monkey
     real = communities.detect
     wrote: list[int] = []
 
-    def detect_while_writing(memories, links):  # type: ignore[no-untyped-def]
+    def detect_while_writing(memories, links):
         if not wrote:  # cx leaves the project while the first rebuild detects
 
             async def move() -> int:
@@ -174,7 +174,7 @@ async def test_an_org_whose_writes_never_leave_a_gap_gets_a_rebuild_that_holds_t
     writes: list[Any] = []
     real = communities.detect
 
-    def detect_while_writing(memories, links):  # type: ignore[no-untyped-def]
+    def detect_while_writing(memories, links):
         body = {"content": f"[[ca]] {len(writes)}"}
         edit = call(client, "PATCH", "/api/entities/cx", bob, json=body)
         writes.append(asyncio.run_coroutine_threadsafe(edit, loop))

@@ -305,14 +305,14 @@ def test_a_table_left_without_rows_is_not_a_visibility_warning():
             _table_stats("entity_grants", pages=1, visible=0, live=0),
         ]
     )
-    check = check_visibility(emptied, detail=False)  # type: ignore[arg-type]
+    check = check_visibility(emptied, detail=False)
     assert check.status == "ok", check.summary
     assert check.facts["tables"]["entity_grants"]["all_visible"] is None
     few = SimpleNamespace(tables=[_table_stats("entity_grants", pages=7, visible=0, live=9)])
-    check = check_visibility(few, detail=False)  # type: ignore[arg-type]
+    check = check_visibility(few, detail=False)
     assert check.status == "ok" and check.facts["tables"]["entity_grants"]["all_visible"] == 0
     held = SimpleNamespace(tables=[_table_stats("entity_grants", pages=8, visible=0, live=9)])
-    assert check_visibility(held, detail=False).status == "warn"  # type: ignore[arg-type]
+    assert check_visibility(held, detail=False).status == "warn"
 
 
 async def test_search_statistics_say_when_an_org_is_due(engine, client):

@@ -131,7 +131,7 @@ def fuzz_one(
     operation: Any, mode: GenerationMode, headers: dict[str, str], examples: int
 ) -> str | None:
     """Fuzz one operation in one mode; the failure report, or None."""
-    excluded = [positive_data_acceptance]
+    excluded: list[schemathesis.CheckFunction] = [positive_data_acceptance]
     if operation.path.startswith("/api/admin/"):
         # Admin routes answer 404 to a request without an admin key, as if they did not exist
         # (never 401/403): tests/test_keys.py checks that instead.

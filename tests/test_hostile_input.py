@@ -352,7 +352,11 @@ async def test_hostile_values_in_mcp_read_tools_are_tool_errors_never_crashes(
     engine: AsyncEngine, hostile_world: dict[str, str]
 ) -> None:
     async with Client(build_mcp(lambda: engine, fixed_key(hostile_world["key"]))) as mcp:
-        tools = [t for t in (await mcp.list_tools()).tools if t.annotations.read_only_hint]
+        tools = []
+        for t in (await mcp.list_tools()).tools:
+            assert t.annotations is not None, t.name
+            if t.annotations.read_only_hint:
+                tools.append(t)
         required = {t.name: set(t.input_schema.get("required", [])) for t in tools}
         bases = {
             "search": SAMPLES[("post", "/api/search")][2],

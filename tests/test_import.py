@@ -74,8 +74,8 @@ def sample(org: str, sfx: str) -> list[dict]:
     ]
 
 
-async def counts(engine, org: str) -> dict[str, int]:
-    out = {}
+async def counts(engine, org: str) -> dict[str, object]:
+    out: dict[str, object] = {}
     async with engine.connect() as conn:
         for table in (
             "entities",
@@ -93,7 +93,7 @@ async def counts(engine, org: str) -> dict[str, int]:
             text("SELECT max(revision), max(updated_at)::text FROM entities WHERE org_id = :o"),
             {"o": org},
         )
-        out["state"] = tuple(rev.one())  # type: ignore[assignment]
+        out["state"] = tuple(rev.one())
     return out
 
 

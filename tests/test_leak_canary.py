@@ -122,7 +122,7 @@ EXPLAIN_SAMPLES = [
     "/api/admin/explain/slice",
     "/api/admin/explain/search",
 ]
-EXPLAIN_BODIES = {
+EXPLAIN_BODIES: dict[str, dict[str, Any]] = {
     "/api/admin/explain/expand": {"entity_ids": ["$SECRET", V], "depth": 2},
     "/api/admin/explain/slice": {"entity_id": "$SECRET"},
     "/api/admin/explain/search": {"query": "$MARKER"},

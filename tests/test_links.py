@@ -151,7 +151,7 @@ async def test_a_writes_cut_and_links_run_off_the_event_loop(engine, monkeypatch
     seen: list[str] = []
     real = memories._prepare
 
-    def spy(data: memories.EntityData, evidence_lines: int):  # type: ignore[no-untyped-def]
+    def spy(data: memories.EntityData, evidence_lines: int):
         seen.append(threading.current_thread().name)
         return real(data, evidence_lines)
 

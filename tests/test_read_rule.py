@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -154,9 +155,9 @@ async def _world(engine, omit: str | None) -> tuple[str, dict[str, str]]:
     return org, keys
 
 
-async def _answers(client, key: str, row: str, passage: str | None) -> dict[str, object]:
+async def _answers(client, key: str, row: str, passage: str | None) -> dict[str, Any]:
     h = {"Authorization": f"Bearer {key}"}
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for depth in (1, 2, 3):
         r = await client.post(
             "/api/search/expand",

@@ -13,6 +13,7 @@ the pages must not move.
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 from sqlalchemy import text
 
@@ -26,13 +27,13 @@ FILLER = " ".join(f"filler{i}" for i in range(170))
 QUERIES = ("heron", "heron marsh", "egret heron")
 
 
-async def _pages(engine, user: str, *, avoid_nested_loops: bool) -> list[object]:
+async def _pages(engine, user: str, *, avoid_nested_loops: bool) -> list[dict[str, Any]]:
     async with engine.begin() as conn:
         if avoid_nested_loops:  # what a planner with other statistics may choose on its own
             await conn.execute(text("SET LOCAL enable_nestloop = off"))
         reader = await reader_by_user(conn, user_id=user)
         assert reader is not None
-        out = []
+        out: list[dict[str, Any]] = []
         for query in QUERIES:
             for offset in (0, 50):
                 got = await search(

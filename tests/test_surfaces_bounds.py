@@ -100,7 +100,7 @@ async def test_rest_and_mcp_agree(engine, client, pep_corpus, tool, extra, bound
     if bound is not None:
         ((field, value),) = extra.items()
         assert not isinstance(value, (str, float, bool)), "a wrong JSON type must be refused"
-        check_applied(tool, field, bound.clamp(value), r.json())  # type: ignore[arg-type]
+        check_applied(tool, field, bound.clamp(value), r.json())
     if "entity_ids" in extra and isinstance(extra["entity_ids"], list):
         out = r.json()
         walked = THIRTEEN_SEEDS[: policy.MAX_SEEDS]

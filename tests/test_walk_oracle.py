@@ -51,14 +51,14 @@ FIELDS = (
 def _own_users(g: oracle.Graph, readers: list[oracle.Reader], suffix: str):
     """User ids are unique across orgs: give this graph's users ids of their own."""
 
-    def u(user_id: str | None) -> str | None:
-        return None if user_id is None else f"{user_id}_{suffix}"
+    def u(user_id: str) -> str:
+        return f"{user_id}_{suffix}"
 
     g.users = {u(k): v for k, v in g.users.items()}
     g.members = {(p, u(k)): v for (p, k), v in g.members.items()}
     g.grants = {(e, u(k)) for e, k in g.grants}
     for ent in g.entities.values():
-        ent.owner_id = u(ent.owner_id)
+        ent.owner_id = None if ent.owner_id is None else u(ent.owner_id)
     return [oracle.Reader(user_id=u(r.user_id), key_projects=r.key_projects) for r in readers]
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 from mcp import Client
+from mcp.types import TextContent
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import write_tx
@@ -86,7 +87,12 @@ async def routes(engine: AsyncEngine, client: httpx.AsyncClient, t: Team) -> lis
             ("remember", {"entity_id": "sp", "content": "x"}),
         ]:
             result = await mcp.call_tool(tool, args)
-            body = result.content[0].text if result.is_error else result.structured_content
+            if result.is_error:
+                content = result.content[0]
+                assert isinstance(content, TextContent)
+                body: Any = content.text
+            else:
+                body = result.structured_content
             out.append((tool, result.is_error, same(body, t)))
     return out
 

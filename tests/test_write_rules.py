@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from mcp import Client
+from mcp.types import TextContent
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -53,7 +54,9 @@ class Door:
         async with Client(build_mcp(lambda: self.engine, fixed_key(self.key))) as mcp:
             result = await mcp.call_tool(tool, args)
         if result.is_error:
-            return False, result.content[0].text
+            content = result.content[0]
+            assert isinstance(content, TextContent)
+            return False, content.text
         return True, result.structured_content
 
     async def entity(self, id_: str, *, content: str = "Body.", type_: str = "note"):
