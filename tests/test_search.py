@@ -1164,6 +1164,24 @@ def test_asked_is_the_last_interrogative_clause():
     assert asked("How do context variables work?") == {"do", "context", "variables", "work"}
     assert asked("wheel archive format") == set()
     assert asked("what") == set()
+    # a contraction is an interrogative too (a trial: "what's" left the whole ask out)
+    assert asked("The manylinux2014 tag was replaced; what's the new pattern?") == {
+        "the",
+        "new",
+        "pattern",
+    }
+    assert asked("Who\u2019s the delegate for packaging PEPs?") == {
+        "the", "delegate", "for", "packaging", "peps",
+    }  # fmt: skip
+    # a trailing interrogative ("..., or what?") does not end the ask
+    assert asked("Which layer keeps cold pages, or what?") == {
+        "layer",
+        "keeps",
+        "cold",
+        "pages",
+        "or",
+        "what",
+    }
 
 
 def test_cover_order_weighs_the_asked_words_more():

@@ -51,6 +51,7 @@ only for such words: ``sibyl:search.unheld_words``). The database stems each wor
 from __future__ import annotations
 
 import math
+import re
 import unicodedata
 from collections.abc import Collection
 
@@ -132,17 +133,25 @@ def tokens(text: str) -> list[str]:
     return list(dict.fromkeys(_words_in_order(text)))
 
 
+def _interrogative(word: str) -> bool:
+    """Whether ``word`` is one of :data:`ASK_WORDS`, or one with a contraction (``what's``,
+    ``who’s``, ``how'd``: the part before its apostrophe)."""
+    return word in ASK_WORDS or re.split("['\u2019]", word, maxsplit=1)[0] in ASK_WORDS
+
+
 def asked(text: str) -> set[str]:
     """The words of a question's last interrogative clause: every word after the last of
-    :data:`ASK_WORDS` (``"The proposal ... was withdrawn; what replaced it, and what return
-    annotation does a narrowing function use?"`` → ``return``, ``annotation``, ``does``, ``a``,
-    ``narrowing``, ``function``, ``use``). Empty when ``text`` has none (a keyword query).
+    :data:`ASK_WORDS` (or its contraction: ``what's``) that has a word after it
+    (``"The proposal ... was withdrawn; what replaced it, and what return annotation does a
+    narrowing function use?"`` → ``return``, ``annotation``, ``does``, ``a``, ``narrowing``,
+    ``function``, ``use``; a trailing ``..., or what?`` does not end it). Empty when ``text``
+    has none (a keyword query).
 
     Why: an agent's question often describes the memory first (its topic, which every span of
     it repeats) and asks for one detail last; search's ``metadata.focus.next`` weighs these
     words more (:data:`app.domain.policy.SEARCH_FOCUS_ASKED`)."""
-    words = _words_in_order(text)
-    last = max((i for i, w in enumerate(words) if w in ASK_WORDS), default=None)
+    words = [_lower(w) for w in _words_in_order(text)]
+    last = max((i for i, w in enumerate(words[:-1]) if _interrogative(w)), default=None)
     return set(words[last + 1 :]) if last is not None else set()
 
 
