@@ -3,6 +3,7 @@ lifecycle, bounds, the capped lanes, REST and MCP, and the PEP corpus."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import secrets
@@ -12,18 +13,21 @@ import wordfreq
 from mcp import Client
 from sqlalchemy import text
 
+from app.core.db import make_engine, with_database
+from app.core.migrations import upgrade
 from app.core.settings import Settings
 from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import cover_order, search, weigh
 from app.domain.spans import MAX_SPANS
-from app.domain.terms import asked, tokens
+from app.domain.terms import asked, lowered, tokens
 from app.mcp.server import build_mcp, fixed_key
 from app.repo import search as search_repo
 from app.repo import term_stats
 from app.repo.readers import reader_by_user
 from app.repo.search import Span
 from tests.builders import (
+    admin_sql,
     hidden_stuffing,
     import_dicts,
     make_key,
@@ -1118,15 +1122,20 @@ def test_format_characters_at_a_words_ends_are_not_part_of_it():
     assert tokens("quorvex \u202equorvex\u202c") == ["quorvex"]  # one word, not two
 
 
-def test_query_words_are_lower_cased_as_the_index_lower_cases_text():
-    """Split as ``wordfreq.tokenize`` splits, but lower-cased one character at a time as the
-    database lower-cases what it indexes, not case-folded: ``Straße`` stays ``straße`` (the
-    index's lexeme), ``İ`` is ``i``; where the two agree the words are wordfreq's own."""
-    assert tokens("Straße ﬁnance İstanbul ΣΊΣΥΦΟΣ µs") == [
-        "straße", "ﬁnance", "istanbul", "σίσυφοσ", "µs",
+def test_query_words_are_sent_as_written_and_keyed_as_the_index_lower_cases_them():
+    """Split as ``wordfreq.tokenize`` splits, each word kept as first written (the database
+    lower-cases it as it lower-cased what it indexed), two spellings of one word once; the key
+    (``lowered``) lower-cases one character at a time as PostgreSQL does, never case-folds:
+    ``Straße`` stays ``straße``, ``İ`` is ``i``. Where the two agree the keys are wordfreq's."""
+    assert tokens("Straße ﬁnance İstanbul ΣΊΣΥΦΟΣ µs CPython cpython") == [
+        "Straße", "ﬁnance", "İstanbul", "ΣΊΣΥΦΟΣ", "µs", "CPython",
+    ]  # fmt: skip
+    assert [lowered(t) for t in tokens("Straße İstanbul ΣΊΣΥΦΟΣ")] == [
+        "straße", "istanbul", "σίσυφοσ",
     ]  # fmt: skip
     question = "Which table of pyproject.toml holds build-related data? Don't 'quote' it."
-    assert tokens(question) == list(dict.fromkeys(wordfreq.tokenize(question, "en")))
+    expected = list(dict.fromkeys(wordfreq.tokenize(question, "en")))
+    assert [lowered(t) for t in tokens(question)] == expected
 
 
 async def test_a_word_wordfreq_would_case_fold_finds_the_memory_holding_it(engine, client):
@@ -1154,6 +1163,45 @@ async def test_a_word_wordfreq_would_case_fold_finds_the_memory_holding_it(engin
         assert [r["id"] for r in got["results"]] == [want], query
     got = await _search(client, key, query="Hauptstrasse")  # another spelling: another word
     assert got["results"] == []
+
+
+async def test_in_a_database_that_does_not_lower_case_unicode_a_word_is_found_as_written(
+    database_url,
+):
+    """Where the database's ``LC_CTYPE`` is ``C``, its parser lower-cases ASCII only, so the
+    index keeps ``İstanbul`` and ``ΣΟΦΙΑΣ`` as written. Search sends each word as written and
+    the database lower-cases it the same way, so the word typed as stored is found (a trial:
+    a query lower-cased in Python found nothing there)."""
+    server = with_database(database_url, "postgres")
+    name = f"sibyl_test_cctype_{secrets.token_hex(4)}"
+    await admin_sql(
+        server,
+        f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8'"
+        " LC_COLLATE 'C' LC_CTYPE 'C'",
+    )
+    url = with_database(database_url, name)
+    try:
+        await asyncio.to_thread(upgrade, url)
+        eng = make_engine(url)
+        try:
+            sfx, org = secrets.token_hex(3), "org_cctype_" + secrets.token_hex(4)
+            records = [
+                *_open_org(sfx, org, {"ann": "member"}),
+                _ent(org, sfx, "doc_city", "Trip notes", "We flew to İstanbul in May."),
+                _ent(org, sfx, "doc_names", "Σημειώσεις", "Τα βιβλία της ΣΟΦΙΑΣ."),
+                _ent(org, sfx, "doc_other", "Other notes", "Nothing of the kind is kept here."),
+            ]
+            await import_dicts(eng, records)
+            async with eng.connect() as conn:
+                reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
+                assert reader is not None
+                for query, want in (("İstanbul", "doc_city"), ("ΣΟΦΙΑΣ", "doc_names")):
+                    got = await search(conn, reader, SearchRequest(query=query))
+                    assert [r.id for r in got.results] == [want], query
+        finally:
+            await eng.dispose()
+    finally:
+        await admin_sql(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_asked_is_the_last_interrogative_clause():

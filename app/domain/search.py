@@ -405,7 +405,7 @@ async def focus_by_ask(
     those repeating the lead-in (2026-12-03, ``docs/search.md``). Reads only the memories' own
     spans and the reader's statistics (§2)."""
     ask = terms.asked(query)
-    words = [w for w in terms.tokens(query) if w in ask]
+    words = [w for w in terms.tokens(query) if terms.lowered(w) in ask]
     if not memories or not words:
         return [], {}
     weighted, scoring = await weigh(conn, reader, " ".join(words))
@@ -682,7 +682,11 @@ async def search(
     # the words of the question's ask ("..., and what return annotation does it use?"), by
     # their position in the query's words: focus.next weighs them more (cover_order)
     ask = terms.asked(query)
-    asked = {n: policy.SEARCH_FOCUS_ASKED for n, (w, _) in enumerate(weighted, start=1) if w in ask}
+    asked = {
+        n: policy.SEARCH_FOCUS_ASKED
+        for n, (w, _) in enumerate(weighted, start=1)
+        if terms.lowered(w) in ask
+    }
 
     # every span of the best memories scored once: it re-ranks them and gives their focus
     focused = await focus_of([r.memory_id for r, _ in folded[: policy.SEARCH_RERANK]])
@@ -743,7 +747,7 @@ async def search(
         "word_weights": "counts" if scoring.counted else "fallback",
         # the words the full-text lane used, rarest first (stemmed and stop words dropped by
         # the database); empty: the query had none (only stop words), so only the exact lane ran
-        "words": [w for w, _ in weighted],
+        "words": [terms.lowered(w) for w, _ in weighted],
         "scan_words": {
             "names": SCAN.names,
             "breadcrumbs": SCAN.breadcrumbs,

@@ -35,12 +35,15 @@ identifiers, get that floor);
 
 **Words.** Split as ``wordfreq.tokenize(text, "en")`` splits them (NFC, its token expression,
 apostrophes at a word's ends stripped), punctuation dropped (``pyproject.toml`` stays one word,
-``build-related`` gives ``build`` and ``related``), then lower-cased one character at a time as
-the database lower-cases the text it indexes: not case-folded as ``wordfreq`` does, which
-turned ``Straße`` into ``strasse`` and ``ﬁnance`` into ``finance`` while the index holds
-``straße`` and ``ﬁnanc``, so such a word never matched (a new-user trial, 2026-12-02). Each
-word once; those weighing under :data:`MIN_WEIGHT` are dropped (unless nothing else is left),
-and of the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with
+``build-related`` gives ``build`` and ``related``), each sent to the database as written, which
+lower-cases it as it lower-cased the text it indexes (two spellings :func:`lowered` makes one
+are one word). Not case-folded as ``wordfreq`` does, which turned ``Straße`` into ``strasse``
+and ``ﬁnance`` into ``finance`` while the index holds ``straße`` and ``ﬁnanc``, so such a word
+never matched (a new-user trial, 2026-12-02); and not lower-cased here, which in a database
+whose locale does not lower-case Unicode (``LC_CTYPE`` ``C``) matched no word written with a
+capital ``İ``, ``Σ`` or ``É`` (a trial, 2026-12-03). Each word once; those weighing under
+:data:`MIN_WEIGHT` are dropped (unless nothing else is left), and of the rest the
+:data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with
 counts, a word no counted document holds goes after the others (it weighs the most yet a scan
 for it finds nothing, and the candidate scans look for the rarest words first); with the
 fallback, so does a word the table does not know that no row the reader reads holds (one probe,
@@ -68,6 +71,7 @@ __all__ = [
     "WORDS_PER_DOCUMENT",
     "asked",
     "counted_weight",
+    "lowered",
     "tokens",
     "weight",
     "words",
@@ -111,26 +115,36 @@ def _edge_format_chars(token: str) -> str:
     return token[start:end]
 
 
-def _lower(token: str) -> str:
-    """``token`` lower-cased one character at a time, as PostgreSQL's full-text parser does
-    (``towlower`` per character): ``ß`` and ligatures stay, ``Σ`` is always ``σ``, ``İ`` is
-    ``i`` (Python's ``str.lower`` gives ``i`` and a combining dot, here only the ``i``)."""
-    return "".join(c.lower()[:1] for c in token)
+def lowered(word: str) -> str:
+    """``word`` lower-cased one character at a time, as PostgreSQL's full-text parser does
+    where the database's locale lower-cases Unicode (``towlower`` per character): ``ß`` and
+    ligatures stay, ``Σ`` is always ``σ``, ``İ`` is ``i`` (Python's ``str.lower`` gives ``i``
+    and a combining dot, here only the ``i``). The key two spellings of one word share
+    (``CPython``, ``cpython``) and the form ``filters.words`` echoes."""
+    return "".join(c.lower()[:1] for c in word)
 
 
 def _words_in_order(text: str) -> list[str]:
-    """Every word of ``text`` (lower-cased by :func:`_lower`, repeats kept) in order: the
-    tokens of ``wordfreq.tokenize(text, "en")`` (its expression over the NFC text; English
-    needs no other step) before its case folding."""
+    """Every word of ``text`` as written (repeats kept), in order: the tokens of
+    ``wordfreq.tokenize(text, "en")`` (its expression over the NFC text; English needs no other
+    step) before its case folding, without invisible format characters at their ends."""
     found = TOKEN_RE.findall(unicodedata.normalize("NFC", text))
-    cleaned = (_edge_format_chars(_lower(t.strip("'"))) for t in found)
+    cleaned = (_edge_format_chars(t.strip("'")) for t in found)
     return [t for t in cleaned if t]
 
 
 def tokens(text: str) -> list[str]:
-    """The query's distinct words (lower-cased), in query order; invisible format characters
-    at a word's ends are not part of it (:func:`_edge_format_chars`)."""
-    return list(dict.fromkeys(_words_in_order(text)))
+    """The query's distinct words, in query order, each as first written: two spellings that
+    :func:`lowered` makes one word are one (``CPython cpython``: ``CPython``). Not lower-cased
+    here: the database lower-cases each word as it lower-cased the text it indexed, in its own
+    locale (in a database whose ``LC_CTYPE`` is ``C``, ``İstanbul`` stays as written on both
+    sides; a lower-cased query word matched nothing there: a new-user trial, 2026-12-03).
+    Invisible format characters at a word's ends are not part of it
+    (:func:`_edge_format_chars`)."""
+    seen: dict[str, str] = {}
+    for word in _words_in_order(text):
+        seen.setdefault(lowered(word), word)
+    return list(seen.values())
 
 
 def _interrogative(word: str) -> bool:
@@ -150,7 +164,7 @@ def asked(text: str) -> set[str]:
     Why: an agent's question often describes the memory first (its topic, which every span of
     it repeats) and asks for one detail last; search's ``metadata.focus.next`` weighs these
     words more (:data:`app.domain.policy.SEARCH_FOCUS_ASKED`)."""
-    words = [_lower(w) for w in _words_in_order(text)]
+    words = [lowered(w) for w in _words_in_order(text)]
     last = max((i for i, w in enumerate(words[:-1]) if _interrogative(w)), default=None)
     return set(words[last + 1 :]) if last is not None else set()
 
