@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from collections.abc import Iterator
 from typing import Any
 
@@ -427,3 +428,34 @@ def test_a_rebuild_leaves_its_tables_analyzed_not_stale(database_url, monkeypatc
                 assert (changed, live) == (0, count), table
         finally:
             get_settings.cache_clear()
+
+
+async def test_text_case_says_whether_search_lower_cases_every_letter(engine, database_url):
+    """``text_case``: ok where the database's locale lower-cases letters outside ASCII (the
+    test database), a warning with the way out where its ``LC_CTYPE`` is ``C`` (search then
+    finds ``İstanbul`` only as written)."""
+    here = _check(await doctor_for_operator(engine), "text_case")
+    shown = await _show(database_url, "lc_ctype")
+    assert here.facts == {"lc_ctype": shown["lc_ctype"], "unicode_lower": True}
+    assert here.status == "ok"
+    name = f"sibyl_test_doctor_c_{secrets.token_hex(4)}"
+    server = with_database(database_url, "postgres")
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(
+            f"CREATE DATABASE \"{name}\" TEMPLATE template0 ENCODING 'UTF8'"
+            " LC_COLLATE 'C' LC_CTYPE 'C'"
+        )
+        url = with_database(database_url, name)
+        await asyncio.to_thread(upgrade, url)
+        eng = make_engine(url)
+        try:
+            c_locale = _check(await doctor_for_operator(eng), "text_case")
+        finally:
+            await eng.dispose()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+    assert c_locale.status == "warn"
+    assert c_locale.facts == {"lc_ctype": "C", "unicode_lower": False}
+    assert "ASCII letters only" in c_locale.summary and "C.UTF-8" in (c_locale.advice or "")

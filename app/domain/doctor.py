@@ -285,6 +285,31 @@ def check_autovacuum(f: Facts, *, detail: bool = True) -> Check:
     return Check(name="autovacuum", status="ok", summary="autovacuum is on", facts=facts)
 
 
+def check_text_case(f: Facts) -> Check:
+    """Text search and the database's locale: with ``LC_CTYPE`` ``C`` the full-text parser
+    lower-cases ASCII letters only, so search finds a word such as ``İstanbul`` or ``ÉCLAIR``
+    only in the case it was written (docs/search.md, "Any word matches")."""
+    facts = {"lc_ctype": f.version.lc_ctype, "unicode_lower": f.version.unicode_lower}
+    if f.version.unicode_lower:
+        return Check(
+            name="text_case",
+            status="ok",
+            summary=f"LC_CTYPE {f.version.lc_ctype}: text search lower-cases every letter",
+            facts=facts,
+        )
+    return Check(
+        name="text_case",
+        status="warn",
+        summary=f"LC_CTYPE {f.version.lc_ctype}: text search lower-cases ASCII letters only",
+        advice="Search then matches a word with a letter outside ASCII only in the case it was "
+        "written (İstanbul is not istanbul, ÉCLAIR not éclair). Create the database with a "
+        "UTF-8 locale (CREATE DATABASE ... TEMPLATE template0 LC_CTYPE 'C.UTF-8' or "
+        "'en_US.UTF-8'), then migrate and import again: the index keeps the case it was "
+        "built with.",
+        facts=facts,
+    )
+
+
 def check_jit(f: Facts) -> Check:
     """JIT: the service turns it off on its own connections; say what it costs others."""
     facts = {"jit": f.settings["jit"].shown, "jit_available": f.version.jit_available}
@@ -703,6 +728,7 @@ def judge(f: Facts, *, detail: bool) -> DoctorReport:
         check_search_statistics(f, detail=detail),
         check_indexes(f),
         *(shared[2:] if detail else []),
+        check_text_case(f),
         check_jit(f),
         check_pg_stat_statements(f),
         check_auto_explain(f),

@@ -42,7 +42,10 @@ ORDER BY name"""
 VERSION_SQL = text(
     """/* sibyl:doctor.version */
 SELECT current_setting('server_version_num')::int AS version_num, version() AS version,
-       current_setting('is_superuser') = 'on' AS superuser, pg_jit_available() AS jit_available"""
+       current_setting('is_superuser') = 'on' AS superuser, pg_jit_available() AS jit_available,
+       current_setting('lc_ctype') AS lc_ctype,
+       -- whether the full-text parser lower-cases a letter outside ASCII (the locale decides)
+       tsvector_to_array(to_tsvector('simple', 'ÉΣ')) = ARRAY['éσ'] AS unicode_lower"""
 )
 
 EXTENSIONS_SQL = text(
@@ -130,13 +133,18 @@ class Setting:
 
 @dataclass(frozen=True)
 class ServerVersion:
-    """``server_version_num`` (e.g. 150020), ``version()``, whether we connect as superuser, and
-    whether the server can JIT-compile at all (built with LLVM, provider found)."""
+    """``server_version_num`` (e.g. 150020), ``version()``, whether we connect as superuser,
+    whether the server can JIT-compile at all (built with LLVM, provider found), and the
+    database's ``LC_CTYPE`` with what it does to text search."""
 
     number: int
     text: str
     superuser: bool
     jit_available: bool
+    lc_ctype: str = ""
+    unicode_lower: bool = True
+    """Whether the database's full-text parser lower-cases letters outside ASCII (``É`` → ``é``):
+    not in a database whose ``LC_CTYPE`` is ``C``."""
 
 
 @dataclass(frozen=True)
@@ -249,7 +257,9 @@ async def settings(conn: AsyncConnection, *, names: list[str]) -> dict[str, Sett
 async def server_version(conn: AsyncConnection) -> ServerVersion:
     """The server's version and whether the current role is a superuser."""
     r = (await conn.execute(VERSION_SQL)).one()
-    return ServerVersion(r.version_num, r.version, r.superuser, r.jit_available)
+    return ServerVersion(
+        r.version_num, r.version, r.superuser, r.jit_available, r.lc_ctype, bool(r.unicode_lower)
+    )
 
 
 async def extensions(conn: AsyncConnection, *, names: list[str]) -> dict[str, Extension]:
