@@ -927,9 +927,10 @@ async def test_a_hidden_neighbour_is_passed_over_exactly_as_an_absent_one(engine
 
 def _second_world(org: str, sfx: str, *, omit: tuple[str, ...] = ()) -> list[dict]:
     """``top`` matches "quokka burrow census" best and has no strong neighbour (only a
-    RELATED_TO one); ``second`` matches it next and DEPENDS_ON ``dep2`` (no query word) and on
-    ``a_hidden_dep2`` (project p1, which only ann reads; its id sorts first); ``dep_top``, when
-    not omitted, is a DEPENDS_ON neighbour of ``top``."""
+    RELATED_TO one); ``second`` matches it next, DECIDES ``top`` (its strongest hop, to the row
+    listed first already) and DEPENDS_ON ``dep2`` (no query word) and ``a_hidden_dep2``
+    (project p1, which only ann reads; its id sorts first); ``dep_top``, when not omitted, is a
+    DEPENDS_ON neighbour of ``top``."""
     records = [
         *_open_org(sfx, org, {"ann": "member", "eve": "member"}),
         {"kind": "member", "project": "p1", "user": f"user_ann_{sfx}", "role": "contributor"},
@@ -952,6 +953,8 @@ def _second_world(org: str, sfx: str, *, omit: tuple[str, ...] = ()) -> list[dic
             "relationship": "DEPENDS_ON",
         },
         {"kind": "edge", "org": org, "src": "top", "dst": "dep_top", "relationship": "DEPENDS_ON"},
+        # second's strongest neighbour (DECIDES, 1.0) is the first result: passed over for dep2
+        {"kind": "edge", "org": org, "src": "second", "dst": "top", "relationship": "DECIDES"},
     ]
     return [
         r
@@ -971,8 +974,9 @@ async def test_without_a_strong_neighbour_of_the_best_the_seconds_follows_the_se
 ):
     """The best result has no neighbour to promote (a RELATED_TO link is none): the second
     result's strongest typed neighbour is listed right after it, third, with its score and
-    ``promoted_by`` naming it; the other matches keep their order behind. When the best result
-    has one, only that one is promoted (one row moves)."""
+    ``promoted_by`` naming it (its strongest hop, DECIDES the first result, is passed over:
+    that row is listed already); the other matches keep their order behind. When the best
+    result has one, only that one is promoted (one row moves)."""
     keys = await _second_keys(engine, omit=("dep_top",))
     got = await _search(client, keys["eve"], query="quokka burrow census", limit=10)
     ids = [r["id"] for r in got["results"]]

@@ -337,14 +337,15 @@ async def promotion_of(
     types: list[str] | None,
     lifecycles: list[str],
     project: str | None,
+    skip: list[str] | None = None,
 ) -> search_repo.Neighbor | None:
     """The neighbour of ``memory_id`` that :func:`promote` lists after it: its first one-hop
     neighbour over :data:`PROMOTION_ARMS` by weight, then active before superseded (of two
     successors, the one not itself replaced), then id, that passes the request's filters
     (lifecycle, types, project), one statement
     (``sibyl:search.promote``). Only memories ``reader`` may read are walked to, through the
-    one read rule, so a hidden neighbour is passed over exactly as an absent one is. None when
-    there is none."""
+    one read rule, so a hidden neighbour is passed over exactly as an absent one is. ``skip``:
+    memories not to promote (listed above already). None when there is none."""
     return await search_repo.promoted(
         conn,
         reader_params=reader.params(),
@@ -353,6 +354,7 @@ async def promotion_of(
         lifecycles=lifecycles,
         types=types,
         project=project,
+        skip=skip,
     )
 
 
@@ -367,8 +369,8 @@ async def promote_first(
 ) -> list[tuple[Ranked, list[str]]]:
     """``folded`` (re-ranked, best first) with one neighbour promoted (:func:`promote`): the
     first result's (:func:`promotion_of`), listed second; when the first result has none, the
-    second result's, listed third, right after it (unless it is the first result). At most one
-    row moves, and only onto the first three. Why the second: a question that describes a
+    second result's strongest other than the first result, listed third, right after it. At
+    most one row moves, and only onto the first three. Why the second: a question that describes a
     memory by words another memory also holds (PEP 684's "subinterpreter ... GIL" question
     matched PEP 499 first) still gets what the memory it describes depends on (2026-12-03,
     ``docs/search.md``). One or two ``sibyl:search.promote`` statements."""
@@ -382,9 +384,15 @@ async def promote_first(
     if len(folded) < 2:
         return folded
     second = await promotion_of(
-        conn, reader, folded[1][0].memory_id, types=types, lifecycles=lifecycles, project=project
+        conn,
+        reader,
+        folded[1][0].memory_id,
+        types=types,
+        lifecycles=lifecycles,
+        project=project,
+        skip=[folded[0][0].memory_id],  # listed first already: its next neighbour instead
     )
-    if second is None or second.id == folded[0][0].memory_id:
+    if second is None:
         return folded
     return [folded[0], *promote(folded[1:], second)]
 

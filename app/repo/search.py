@@ -634,6 +634,7 @@ _PROMOTE_ARM = """(
             JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
             WHERE a.outgoing = {outgoing} AND e.org_id = :r_org AND e.{near} = :memory
               AND e.relationship = a.relationship AND t.id <> :memory
+              AND NOT t.id = ANY(CAST(:skip AS text[]))
               AND t.lifecycle = a.lifecycle
               AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
               AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
@@ -677,11 +678,13 @@ async def promoted(
     lifecycles: list[str],
     types: list[str] | None,
     project: str | None,
+    skip: list[str] | None = None,
 ) -> Neighbor | None:
     """The first one-hop neighbour of ``memory`` over ``arms`` (``(relationship, §4 weight,
     outgoing?)``, in order) by weight desc, then active before superseded, then id (ties: the
     earlier arm), among the memories the reader may read whose lifecycle (one of
-    ``lifecycles``), type and project pass the filters; None when there is none."""
+    ``lifecycles``), type and project pass the filters and that are not in ``skip`` (rows
+    listed above already); None when there is none."""
     every = [(*arm, life) for arm in arms for life in lifecycles]
     if not every:
         return None
@@ -697,6 +700,7 @@ async def promoted(
                 "lifecycles": [a[3] for a in every],
                 "types": types,
                 "project": project,
+                "skip": skip or [],
             },
         )
     ).first()
