@@ -18,8 +18,7 @@ from app.core.migrations import upgrade
 from app.core.settings import Settings
 from app.domain import policy
 from app.domain.schemas import SearchRequest
-from app.domain.search import cover_order, search, weigh
-from app.domain.spans import MAX_SPANS
+from app.domain.search import cover_order, score_spans, search, weigh
 from app.domain.terms import asked, lowered, tokens
 from app.mcp.server import build_mcp, fixed_key
 from app.repo import search as search_repo
@@ -640,6 +639,17 @@ async def _passage_holding(engine, org: str, memory: str, word: str) -> str:
         return (await conn.execute(text(sql), {"o": org, "m": memory, "w": word})).scalar_one()
 
 
+async def _bm25_spans(engine, user_id: str, memory: str, query: str) -> list[Span]:
+    """``memory``'s spans holding a word of ``query``, best plain BM25 first (the order before
+    any coverage or ask rule), as ``user_id`` reads them."""
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=user_id)
+        assert reader is not None
+        weighted, scoring = await weigh(conn, reader, query)
+        scored = await score_spans(conn, reader, [memory], weighted, scoring)
+    return list(scored[memory].spans)
+
+
 async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt(engine, client):
     """``metadata.focus`` (issue 12): every current span of a result's memory is scored with the
     query (not only those the candidate scans found): the span where the query's words are is
@@ -925,6 +935,10 @@ async def test_a_hidden_neighbour_is_passed_over_exactly_as_an_absent_one(engine
         assert "a_hidden_dep" not in json.dumps(got)
 
 
+def _edge(org: str, src: str, dst: str, relationship: str) -> dict:
+    return {"kind": "edge", "org": org, "src": src, "dst": dst, "relationship": relationship}
+
+
 def _second_world(org: str, sfx: str, *, omit: tuple[str, ...] = ()) -> list[dict]:
     """``top`` matches "quokka burrow census" best and has no strong neighbour (only a
     RELATED_TO one); ``second`` matches it next, DECIDES ``top`` (its strongest hop, to the row
@@ -943,18 +957,12 @@ def _second_world(org: str, sfx: str, *, omit: tuple[str, ...] = ()) -> list[dic
         ),
         _ent(org, sfx, "dep_top", "Survey method", "how the counting works"),
         _ent(org, sfx, "weak", "Loosely related", "a thought"),
-        {"kind": "edge", "org": org, "src": "top", "dst": "weak", "relationship": "RELATED_TO"},
-        {"kind": "edge", "org": org, "src": "second", "dst": "dep2", "relationship": "DEPENDS_ON"},
-        {
-            "kind": "edge",
-            "org": org,
-            "src": "second",
-            "dst": "a_hidden_dep2",
-            "relationship": "DEPENDS_ON",
-        },
-        {"kind": "edge", "org": org, "src": "top", "dst": "dep_top", "relationship": "DEPENDS_ON"},
+        _edge(org, "top", "weak", "RELATED_TO"),
+        _edge(org, "second", "dep2", "DEPENDS_ON"),
+        _edge(org, "second", "a_hidden_dep2", "DEPENDS_ON"),
+        _edge(org, "top", "dep_top", "DEPENDS_ON"),
         # second's strongest neighbour (DECIDES, 1.0) is the first result: passed over for dep2
-        {"kind": "edge", "org": org, "src": "second", "dst": "top", "relationship": "DECIDES"},
+        _edge(org, "second", "top", "DECIDES"),
     ]
     return [
         r
@@ -1036,20 +1044,8 @@ async def test_a_promoted_rows_focus_follows_the_questions_ask(engine, client):
     assert row["metadata"]["focus"]["id"] == holder
     assert "evicted" in row["metadata"]["focus"]["excerpt"]
     # the setup: scored with every word of the question, the best span is a lead-in section
-    async with engine.connect() as conn:
-        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
-        assert reader is not None
-        weighted, scoring = await weigh(conn, reader, query)
-        plain = await search_repo.focus(
-            conn,
-            reader_params=reader.params(),
-            memories=["layer"],
-            words=[w for w, _ in weighted],
-            idfs=[i for _, i in weighted],
-            per_memory=MAX_SPANS,
-            scoring=scoring,
-        )
-    assert plain["layer"].spans[0].id != holder
+    plain = await _bm25_spans(engine, f"user_ann_{sfx}", "layer", query)
+    assert plain[0].id != holder
 
 
 def test_cover_order_lets_a_span_with_the_questions_other_words_into_next():
@@ -1098,20 +1094,8 @@ async def test_focus_next_names_the_span_holding_the_questions_other_words(engin
     (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
     focus = hit["metadata"]["focus"]
     holder = await _passage_holding(engine, org, "doc_wombat", "tussock")
-    async with engine.connect() as conn:
-        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
-        assert reader is not None
-        weighted, scoring = await weigh(conn, reader, query)
-        plain = await search_repo.focus(
-            conn,
-            reader_params=reader.params(),
-            memories=["doc_wombat"],
-            words=[w for w, _ in weighted],
-            idfs=[i for _, i in weighted],
-            per_memory=MAX_SPANS,
-            scoring=scoring,
-        )
-    bm25 = [s.id for s in plain["doc_wombat"].spans]
+    plain = await _bm25_spans(engine, f"user_ann_{sfx}", "doc_wombat", query)
+    bm25 = [s.id for s in plain]
     assert holder in bm25 and bm25.index(holder) >= policy.SEARCH_FOCUS_SPANS  # the setup
     assert focus["id"] == bm25[0] != holder
     assert focus["next"][0] == holder
@@ -1277,20 +1261,8 @@ async def test_focus_next_puts_the_span_answering_the_ask_first(engine, client):
     (hit,) = [r for r in got["results"] if (r["parent_entity_id"] or r["id"]) == "doc_wombat"]
     diet_span = await _passage_holding(engine, org, "doc_wombat", "tussock")
     habits_span = await _passage_holding(engine, org, "doc_wombat", "nocturnal")
-    async with engine.connect() as conn:
-        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
-        assert reader is not None
-        weighted, scoring = await weigh(conn, reader, query)
-        plain = await search_repo.focus(
-            conn,
-            reader_params=reader.params(),
-            memories=["doc_wombat"],
-            words=[w for w, _ in weighted],
-            idfs=[i for _, i in weighted],
-            per_memory=MAX_SPANS,
-            scoring=scoring,
-        )
-    unweighed = [s.id for s in cover_order(plain["doc_wombat"].spans, policy.SEARCH_FOCUS_SPANS)]
+    plain = await _bm25_spans(engine, f"user_ann_{sfx}", "doc_wombat", query)
+    unweighed = [s.id for s in cover_order(plain, policy.SEARCH_FOCUS_SPANS)]
     focus = hit["metadata"]["focus"]
     assert focus["id"] == unweighed[0] not in (diet_span, habits_span)  # the setup: a topic span
     assert unweighed.index(habits_span) < unweighed.index(diet_span)  # the setup

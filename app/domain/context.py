@@ -86,6 +86,7 @@ from app.domain.search import (
     fuse,
     hit_fields,
     normalize_query,
+    score_spans,
     weigh_all,
 )
 from app.domain.validation import normalize_project
@@ -570,14 +571,13 @@ async def _focus_texts(
     if not memories or not weighted:
         return {}
     in_pack = set(picks)
-    best = await search_repo.focus(
+    best = await score_spans(
         conn,
-        reader_params=reader.params(),
-        memories=memories,
-        words=[w for w, _ in weighted],
-        idfs=[idf for _, idf in weighted],
+        reader,
+        memories,
+        weighted,
+        scoring,
         per_memory=policy.CONTEXT_PER_MEMORY + policy.CONTEXT_MEMORY_SPANS,
-        scoring=scoring,
     )
     chosen: dict[str, list[search_repo.Span]] = {}
     for memory, f in best.items():

@@ -94,6 +94,7 @@ __all__ = [
     "promotion_of",
     "rerank",
     "rrf_score",
+    "score_spans",
     "search",
     "weigh",
     "weigh_all",
@@ -397,6 +398,29 @@ async def promote_first(
     return [folded[0], *promote(folded[1:], second)]
 
 
+async def score_spans(
+    conn: AsyncConnection,
+    reader: Reader,
+    memories: list[str],
+    weighted: list[tuple[str, float]],
+    scoring: search_repo.Scoring,
+    *,
+    per_memory: int = MAX_SPANS,
+) -> dict[str, search_repo.Focus]:
+    """``sibyl:search.focus`` for ``memories`` with the weighted words ``weighted`` (as
+    :func:`weigh` gives them): each memory's spans holding a word, best BM25 first, at most
+    ``per_memory`` (default: all), by memory id; a memory holding none is absent."""
+    return await search_repo.focus(
+        conn,
+        reader_params=reader.params(),
+        memories=memories,
+        words=[w for w, _ in weighted],
+        idfs=[idf for _, idf in weighted],
+        per_memory=per_memory,
+        scoring=scoring,
+    )
+
+
 async def focus_by_ask(
     conn: AsyncConnection, reader: Reader, query: str, memories: list[str]
 ) -> tuple[list[tuple[str, float]], dict[str, search_repo.Focus]]:
@@ -419,15 +443,7 @@ async def focus_by_ask(
     weighted, scoring = await weigh(conn, reader, " ".join(words))
     if not weighted:
         return [], {}
-    scored = await search_repo.focus(
-        conn,
-        reader_params=reader.params(),
-        memories=memories,
-        words=[w for w, _ in weighted],
-        idfs=[idf for _, idf in weighted],
-        per_memory=MAX_SPANS,
-        scoring=scoring,
-    )
+    scored = await score_spans(conn, reader, memories, weighted, scoring)
     return weighted, {
         m: dataclasses.replace(f, spans=cover_order(f.spans, policy.SEARCH_FOCUS_SPANS))
         for m, f in scored.items()
@@ -671,15 +687,8 @@ async def search(
     folded = fold(fuse([(FULLTEXT, found)]))
 
     async def focus_of(memories: list[str]) -> dict[str, search_repo.Focus]:
-        scored = await search_repo.focus(
-            conn,
-            reader_params=reader.params(),
-            memories=memories,
-            words=[w for w, _ in weighted],
-            idfs=[idf for _, idf in weighted],
-            per_memory=MAX_SPANS,  # every matching span: cover_order chooses among them all
-            scoring=scoring,
-        )
+        # every matching span: cover_order chooses among them all
+        scored = await score_spans(conn, reader, memories, weighted, scoring)
         return {
             m: dataclasses.replace(
                 f, spans=cover_order(f.spans, policy.SEARCH_FOCUS_SPANS, asked=asked)
