@@ -302,6 +302,7 @@ async def test_bounds_are_clamped_and_malformed_input_refused(engine, client):
     for body in (
         {"query": "  "},
         {"query": "\u200b\u2066 \ufeff"},  # only invisible characters: as blank
+        {"query": "\u3164\u115f \u034f\ufe0f\u0301"},  # fillers, lone marks: as blank
         {"query": WORD, "types": ["bad type"]},
         {"query": WORD, "lifecycle": ["zombie"]},
         {"query": "x" * 2001},
@@ -1206,6 +1207,12 @@ def test_asked_is_the_last_interrogative_clause():
         "new",
         "pattern",
     }
+    for apostrophe in "\u2018\u02bc":  # other apostrophes a keyboard or a phone writes
+        assert asked(f"The tag was replaced; what{apostrophe}s the new pattern?") == {
+            "the",
+            "new",
+            "pattern",
+        }
     assert asked("Who\u2019s the delegate for packaging PEPs?") == {
         "the", "delegate", "for", "packaging", "peps",
     }  # fmt: skip

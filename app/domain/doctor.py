@@ -303,9 +303,9 @@ def check_text_case(f: Facts) -> Check:
         summary=f"LC_CTYPE {f.version.lc_ctype}: text search lower-cases ASCII letters only",
         advice="Search then matches a word with a letter outside ASCII only in the case it was "
         "written (İstanbul is not istanbul, ÉCLAIR not éclair). Create the database with a "
-        "UTF-8 locale (CREATE DATABASE ... TEMPLATE template0 LC_CTYPE 'C.UTF-8' or "
-        "'en_US.UTF-8'), then migrate and import again: the index keeps the case it was "
-        "built with.",
+        "UTF-8 locale the server's system provides (CREATE DATABASE ... TEMPLATE template0 "
+        "LC_CTYPE 'C.UTF-8'; `locale -a` on the server lists the others), then migrate and "
+        "import again: the index keeps the case it was built with.",
         facts=facts,
     )
 

@@ -149,13 +149,24 @@ class Ranked:
         return self.parent_id or self.id
 
 
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
+_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that show nothing
+
+
+def _invisible(c: str) -> bool:
+    """A character that shows nothing on its own: a space, a format character (Cf: U+200B,
+    U+FEFF, bidi controls), a combining or enclosing mark without a base (U+0301, the variation
+    selector U+FE0F, U+034F), or a Hangul filler (U+3164)."""
+    return c.isspace() or c in _FILLERS or unicodedata.category(c) in _INVISIBLE_CATEGORIES
+
+
 def normalize_query(value: str, *, field: str) -> str:
-    """The stripped query; ``BadRequest`` when blank (only spaces and invisible format
-    characters, Unicode category Cf such as U+200B, which the database's parser drops: such a
-    query answered 200 with no words while ``"  "`` answered 400; a new-user trial) or longer
-    than :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
+    """The stripped query; ``BadRequest`` when blank (only characters that show nothing,
+    :func:`_invisible`: such a query answered 200 with no words, or an invisible one, while
+    ``"  "`` answered 400; new-user trials) or longer than
+    :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
     stripped = value.strip()
-    if all(c.isspace() or unicodedata.category(c) == "Cf" for c in stripped):
+    if all(_invisible(c) for c in stripped):
         raise BadRequest(f"{field} must be a non-blank string")
     if len(stripped) > policy.MAX_QUERY_CHARS:
         raise BadRequest(f"{field} must be at most {policy.MAX_QUERY_CHARS} characters")

@@ -149,8 +149,12 @@ def tokens(text: str) -> list[str]:
 
 def _interrogative(word: str) -> bool:
     """Whether ``word`` is one of :data:`ASK_WORDS`, or one with a contraction (``what's``,
-    ``who’s``, ``how'd``: the part before its apostrophe)."""
-    return word in ASK_WORDS or re.split("['\u2019]", word, maxsplit=1)[0] in ASK_WORDS
+    ``who’s``, ``how'd``: the part before its apostrophe, written ``'``, ``’``, ``‘``, ``ʼ`` or
+    ``´``)."""
+    return word in ASK_WORDS or _APOSTROPHES.split(word, maxsplit=1)[0] in ASK_WORDS
+
+
+_APOSTROPHES = re.compile("['\u2019\u2018\u02bc\u00b4]")
 
 
 def asked(text: str) -> set[str]:
