@@ -92,10 +92,10 @@ async def test_rrf_order_matches_the_hand_computation(engine, client):
         "e_plan": 1 / (k + 1) + 1 / (k + 2),
         "alpha": 1 / (k + 1),
         "e_body2": 1 / (k + 2),
-        "e_body1": 1 / (k + 3),  # ties with e_soup: ids break the tie
-        "e_soup": 1 / (k + 3),
+        "e_soup": 1 / (k + 3),  # ties with e_body1: the exact lane's hit first (fused_order)
+        "e_body1": 1 / (k + 3),
     }
-    assert [r["id"] for r in got["results"]] == ["e_plan", "alpha", "e_body2", "e_body1", "e_soup"]
+    assert [r["id"] for r in got["results"]] == ["e_plan", "alpha", "e_body2", "e_soup", "e_body1"]
     assert {r["id"]: r["score"] for r in got["results"]} == {
         i: round(s, 6) for i, s in by_hand.items()
     }
@@ -106,6 +106,25 @@ async def test_rrf_order_matches_the_hand_computation(engine, client):
     upper = await _search(client, key, query="ALPHA")
     assert [r["id"] for r in upper["results"]] == [r["id"] for r in got["results"]]
     assert (await _search(client, key, query="e_body1"))["results"][0]["id"] == "e_body1"
+
+
+async def test_the_memory_an_id_names_comes_before_a_note_that_mentions_it(engine, client):
+    """A note whose body holds a memory's id ranks 1st in the full-text lane for that id, the
+    memory 1st in the exact lane: equal scores, and by id alone the note came first (a new-user
+    trial). Of equal scores the exact lane's hit goes first."""
+    sfx, org = secrets.token_hex(3), "org_idtie_" + secrets.token_hex(4)
+    records = [
+        *_open_org(sfx, org, {"ann": "member"}),
+        _ent(org, sfx, "zz_target", "Unnamed record", "nothing of the query here"),
+        _ent(org, sfx, "a_note", "Meeting notes", "Follow up on zz_target next week."),
+    ]
+    await import_dicts(engine, records)
+    key = await make_key(engine, f"user_ann_{sfx}")
+    got = await _search(client, key, query="zz_target")
+    assert [r["id"] for r in got["results"]] == ["zz_target", "a_note"]
+    first, second = got["results"]
+    assert first["score"] == second["score"]
+    assert first["metadata"]["match"]["exact_rank"] == 1
 
 
 # --- the read rule: allowed / denied pairs against a control org -------------------------------

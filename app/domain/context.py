@@ -84,6 +84,7 @@ from app.domain.search import (
     Ranked,
     find_candidates,
     fuse,
+    fused_order,
     hit_fields,
     normalize_query,
     score_spans,
@@ -193,7 +194,7 @@ def select(
         if len(chosen) >= limit:
             break
         admit(r, False)
-    return sorted(chosen.values(), key=lambda p: (-p.ranked.score, p.ranked.id))
+    return sorted(chosen.values(), key=lambda p: fused_order(p.ranked))
 
 
 def covered_parents(picks: list[Pick], hits: dict[str, search_repo.Hit]) -> set[str]:

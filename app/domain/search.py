@@ -25,7 +25,8 @@ the request's filters (lifecycle, types, project) before it is capped or ranked:
   a word boundary, or merely starts with it (case-insensitive), in that order, then by name.
 
 **Fusion.** Reciprocal rank fusion: score(d) = Σ over the lanes d is in of 1 / (k + rank(d)),
-k = 60 (:data:`app.domain.policy.RRF_K`); ties by id. Then a memory and its passages are folded
+k = 60 (:data:`app.domain.policy.RRF_K`); ties: a hit of the exact lane first, then id
+(:func:`fused_order`). Then a memory and its passages are folded
 into their best-scoring hit (one result per memory, so a long memory's spans cannot crowd a
 page), and the others are listed, best first, in that result's ``metadata.collapsed``. The
 best :data:`~app.domain.policy.SEARCH_RERANK` (40) memories then have every current span scored
@@ -85,6 +86,7 @@ __all__ = [
     "focus_by_ask",
     "fold",
     "fuse",
+    "fused_order",
     "hit_fields",
     "match_metadata",
     "normalize_lifecycles",
@@ -200,11 +202,20 @@ def rrf_score(lanes: dict[str, int], k: int = policy.RRF_K) -> float:
     return sum(1.0 / (k + rank) for rank in lanes.values())
 
 
+def fused_order(r: Ranked) -> tuple[float, bool, str]:
+    """The sort key of fused results: score, best first; of equal scores, a hit of the exact
+    lane first (the query names it: its id, its name or title), then id (bytewise, as the
+    database orders). Why the exact lane: a note that links ``[[task_0a1b2c3d4e5f]]`` ranks 1st
+    in the full-text lane for that id, the task itself 1st in the exact lane, and by id alone
+    the note came first (a new-user trial, 2026-12-03)."""
+    return (-r.score, EXACT not in r.lanes, r.id)
+
+
 def fuse(
     runs: list[tuple[str, list[search_repo.Candidate]]], k: int = policy.RRF_K
 ) -> list[Ranked]:
-    """Fuse the lanes of one or more runs of the candidates statement, best first; ties by id
-    (bytewise, as the database orders).
+    """Fuse the lanes of one or more runs of the candidates statement, best first (ties:
+    :func:`fused_order`).
 
     Each run is ``(name of its full-text lane, its candidates)``; every run computes the same
     exact lane, which is taken from the first (named :data:`EXACT`).
@@ -234,7 +245,7 @@ def fuse(
         for i, ranks in lanes.items()
         if ranks
     ]
-    ranked.sort(key=lambda r: (-r.score, r.id))
+    ranked.sort(key=fused_order)
     return ranked
 
 
@@ -247,12 +258,12 @@ def rerank(
     spans (:func:`app.repo.search.focus`), for memories among the first ``k``. Each of those that
     is in the full-text lane gets the text score max(its hit's score, its best span's score), and
     the full-text ranks the ``k`` held are handed out again in that order (ties: id); the fused
-    scores are recomputed (RRF with the exact lane, unchanged) and the whole list re-sorted by
-    score, then id. Why: the candidate scans find a passage only through its breadcrumb or the
-    query's rarest word, so a memory whose answering passage holds the question's commoner words
-    competed only through its name and lead (issue 12; docs/search.md). ``k`` is fixed
-    (:data:`~app.domain.policy.SEARCH_RERANK`), never derived from a page, so every page is a
-    slice of one total order."""
+    scores are recomputed (RRF with the exact lane, unchanged) and the whole list re-sorted
+    (:func:`fused_order`). Why: the candidate scans find a passage only through its breadcrumb
+    or the query's rarest word, so a memory whose answering passage holds the question's
+    commoner words competed only through its name and lead (issue 12; docs/search.md). ``k`` is
+    fixed (:data:`~app.domain.policy.SEARCH_RERANK`), never derived from a page, so every page
+    is a slice of one total order."""
     head = folded[:k]
     texted = [r for r, _ in head if FULLTEXT in r.lanes]
     ranks = sorted(r.lanes[FULLTEXT] for r in texted)
@@ -277,7 +288,7 @@ def rerank(
             )
         out.append((r, collapsed))
     out += folded[k:]
-    out.sort(key=lambda e: (-e[0].score, e[0].id))
+    out.sort(key=lambda e: fused_order(e[0]))
     return out
 
 
