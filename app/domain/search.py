@@ -786,7 +786,7 @@ async def search(
         "word_weights": "counts" if scoring.counted else "fallback",
         # the words the full-text lane used, rarest first (stemmed and stop words dropped by
         # the database); empty: the query had none (only stop words), so only the exact lane ran
-        "words": [terms.lowered(w) for w, _ in weighted],
+        "words": list(dict.fromkeys(terms.lowered(w) for w, _ in weighted)),
         "scan_words": {
             "names": SCAN.names,
             "breadcrumbs": SCAN.breadcrumbs,

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 import unicodedata
 from collections.abc import Collection
 
@@ -133,17 +134,21 @@ def _words_in_order(text: str) -> list[str]:
     return [t for t in cleaned if t]
 
 
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 def tokens(text: str) -> list[str]:
     """The query's distinct words, in query order, each as first written: two spellings that
-    :func:`lowered` makes one word are one (``CPython cpython``: ``CPython``). Not lower-cased
-    here: the database lower-cases each word as it lower-cased the text it indexed, in its own
-    locale (in a database whose ``LC_CTYPE`` is ``C``, ``İstanbul`` stays as written on both
-    sides; a lower-cased query word matched nothing there: a new-user trial, 2026-12-03).
-    Invisible format characters at a word's ends are not part of it
-    (:func:`_edge_format_chars`)."""
+    differ only in the case of ASCII letters are one (``CPython cpython``: ``CPython``), as
+    every database lower-cases those. Not lower-cased here: the database lower-cases each word
+    as it lower-cased the text it indexed, in its own locale (in a database whose ``LC_CTYPE``
+    is ``C``, ``İstanbul`` stays as written on both sides; a lower-cased query word matched
+    nothing there: new-user trials, 2026-12-03), so ``istanbul İstanbul`` stays two words: one
+    lexeme where the locale lower-cases Unicode, two where it does not. Invisible format
+    characters at a word's ends are not part of it (:func:`_edge_format_chars`)."""
     seen: dict[str, str] = {}
     for word in _words_in_order(text):
-        seen.setdefault(lowered(word), word)
+        seen.setdefault(word.translate(_ASCII_LOWER), word)
     return list(seen.values())
 
 
