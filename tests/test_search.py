@@ -125,6 +125,12 @@ async def test_the_memory_an_id_names_comes_before_a_note_that_mentions_it(engin
     first, second = got["results"]
     assert first["score"] == second["score"]
     assert first["metadata"]["match"]["exact_rank"] == 1
+    # invisible characters at the query's ends are no part of it, in the exact lane too (a
+    # trial: "\ufeffzz_target" found only the note)
+    for wrapped in ("\ufeffzz_target", "zz_target\u200b", "\u2066zz_target\ufe0f\u2069"):
+        again = await _search(client, key, query=wrapped)
+        assert [r["id"] for r in again["results"]] == ["zz_target", "a_note"], repr(wrapped)
+        assert again["filters"]["query"] == "zz_target"
 
 
 # --- the read rule: allowed / denied pairs against a control org -------------------------------
@@ -322,6 +328,7 @@ async def test_bounds_are_clamped_and_malformed_input_refused(engine, client):
         {"query": "  "},
         {"query": "\u200b\u2066 \ufeff"},  # only invisible characters: as blank
         {"query": "\u3164\u115f \u034f\ufe0f\u0301"},  # fillers, lone marks: as blank
+        {"query": "\u2800\x01\x7f"},  # the braille blank, control characters: as blank
         {"query": WORD, "types": ["bad type"]},
         {"query": WORD, "lifecycle": ["zombie"]},
         {"query": "x" * 2001},
@@ -1128,6 +1135,9 @@ def test_format_characters_at_a_words_ends_are_not_part_of_it():
     assert tokens("\u202equorvex\u202c blimnar") == ["quorvex", "blimnar"]
     assert tokens("\u200b\u2066 quorvex \u2069") == ["quorvex"]
     assert tokens("quorvex \u202equorvex\u202c") == ["quorvex"]  # one word, not two
+    # fillers and variation selectors at a word's ends too (a trial: "type\ufe0f" was a word of
+    # its own that matched nothing)
+    assert tokens("type\ufe0f \u3164hints\u3164 type\u034f") == ["type", "hints"]
 
 
 def test_query_words_are_sent_as_written_and_keyed_as_the_index_lower_cases_them():

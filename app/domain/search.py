@@ -151,24 +151,36 @@ class Ranked:
         return self.parent_id or self.id
 
 
-_INVISIBLE_CATEGORIES = frozenset({"Cf", "Mn", "Me"})
-_FILLERS = frozenset("\u115f\u1160\u3164\uffa0")  # Hangul fillers: letters that show nothing
+_BLANK_SYMBOLS = frozenset("\u2800")  # the braille blank: a symbol that shows nothing
 
 
 def _invisible(c: str) -> bool:
-    """A character that shows nothing on its own: a space, a format character (Cf: U+200B,
-    U+FEFF, bidi controls), a combining or enclosing mark without a base (U+0301, the variation
-    selector U+FE0F, U+034F), or a Hangul filler (U+3164)."""
-    return c.isspace() or c in _FILLERS or unicodedata.category(c) in _INVISIBLE_CATEGORIES
+    """A character that shows nothing and belongs to no word: a space, a control or format
+    character (Cc, Cf: U+0001, U+200B, U+FEFF, bidi controls), a filler
+    (:func:`app.domain.terms.filler`: U+3164, U+034F, the variation selector U+FE0F), or the
+    braille blank U+2800. (A combining mark shows nothing alone but ends many words, as in
+    Devanagari: never stripped, only blank when nothing else is there.)"""
+    return (
+        c.isspace()
+        or terms.filler(c)
+        or c in _BLANK_SYMBOLS
+        or unicodedata.category(c) in ("Cc", "Cf")
+    )
 
 
 def normalize_query(value: str, *, field: str) -> str:
-    """The stripped query; ``BadRequest`` when blank (only characters that show nothing,
-    :func:`_invisible`: such a query answered 200 with no words, or an invisible one, while
-    ``"  "`` answered 400; new-user trials) or longer than
-    :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
-    stripped = value.strip()
-    if all(_invisible(c) for c in stripped):
+    """The query without the characters that show nothing (:func:`_invisible`) at its ends, so
+    the exact lane meets ``task_a1`` in ``"\ufefftask_a1"`` as the word lane does (a trial:
+    the memory it names was no result); ``BadRequest`` when nothing else is left (such a query
+    answered 200 with no words, or an invisible one, while ``"  "`` answered 400; new-user
+    trials) or longer than :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
+    start, end = 0, len(value)
+    while start < end and _invisible(value[start]):
+        start += 1
+    while end > start and _invisible(value[end - 1]):
+        end -= 1
+    stripped = value[start:end]
+    if all(unicodedata.category(c) in ("Mn", "Me") or _invisible(c) for c in stripped):
         raise BadRequest(f"{field} must be a non-blank string")
     if len(stripped) > policy.MAX_QUERY_CHARS:
         raise BadRequest(f"{field} must be at most {policy.MAX_QUERY_CHARS} characters")

@@ -72,6 +72,7 @@ __all__ = [
     "WORDS_PER_DOCUMENT",
     "asked",
     "counted_weight",
+    "filler",
     "lowered",
     "tokens",
     "weight",
@@ -103,15 +104,31 @@ def counted_weight(documents: int, df: int) -> float:
     return math.log(1.0 + (documents - df + 0.5) / (df + 0.5))
 
 
+_FILLERS = frozenset("\u034f\u115f\u1160\u3164\uffa0")
+
+
+def filler(c: str) -> bool:
+    """A character that shows nothing and means nothing in a word: a Hangul filler (U+115F,
+    U+1160, U+3164, U+FFA0), the combining grapheme joiner U+034F, a variation selector
+    (U+FE00-U+FE0F, U+E0100-U+E01EF)."""
+    return c in _FILLERS or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
+
+
 def _edge_format_chars(token: str) -> str:
-    """``token`` without the invisible format characters (Unicode category Cf: bidi controls,
-    zero-width spaces) at its ends: ``"\u202equorvex\u202c"`` is the word ``quorvex`` (the
-    database's parser drops them too; echoed in ``filters.words`` they looked like another
-    word). Inside a word they stay, as the database reads them."""
+    """``token`` without the invisible characters at its ends: format characters (Unicode
+    category Cf: bidi controls, zero-width spaces) and fillers (:func:`filler`):
+    ``"\u202equorvex\u202c"`` and ``"type\ufe0f"`` are the words ``quorvex`` and ``type`` (the
+    database's parser drops them or reads no letter in them; kept, the query's word matched
+    nothing, and in ``filters.words`` it looked like another word: new-user trials). Inside a
+    word they stay, as the database reads them."""
+
+    def edge(c: str) -> bool:
+        return unicodedata.category(c) == "Cf" or filler(c)
+
     start, end = 0, len(token)
-    while start < end and unicodedata.category(token[start]) == "Cf":
+    while start < end and edge(token[start]):
         start += 1
-    while end > start and unicodedata.category(token[end - 1]) == "Cf":
+    while end > start and edge(token[end - 1]):
         end -= 1
     return token[start:end]
 
