@@ -36,15 +36,15 @@ identifiers, get that floor);
 **Words.** Split as ``wordfreq.tokenize(text, "en")`` splits them (NFC, its token expression,
 apostrophes at a word's ends stripped), punctuation dropped (``pyproject.toml`` stays one word,
 ``build-related`` gives ``build`` and ``related``), each sent to the database as written, which
-lower-cases it as it lower-cased the text it indexes (two spellings :func:`lowered` makes one
-are one word). Not case-folded as ``wordfreq`` does, which turned ``Straße`` into ``strasse``
-and ``ﬁnance`` into ``finance`` while the index holds ``straße`` and ``ﬁnanc``, so such a word
-never matched (a new-user trial, 2026-12-02); and not lower-cased here, which in a database
-whose locale does not lower-case Unicode (``LC_CTYPE`` ``C``) matched no word written with a
-capital ``İ``, ``Σ`` or ``É`` (a trial, 2026-12-03). Each word once; those weighing under
-:data:`MIN_WEIGHT` are dropped (unless nothing else is left), and of the rest the
-:data:`MAX_WORDS` rarest are kept, rarest first (ties: query order); with
-counts, a word no counted document holds goes after the others (it weighs the most yet a scan
+lower-cases it as it lower-cased the text it indexes (two spellings that differ only in the
+case of ASCII letters are one word: :func:`tokens`). Not case-folded as ``wordfreq`` does,
+which turned ``Straße`` into ``strasse`` and ``ﬁnance`` into ``finance`` while the index holds
+``straße`` and ``ﬁnanc``, so such a word never matched (a new-user trial, 2026-12-02); and not
+lower-cased here, which in a database whose locale does not lower-case Unicode (``LC_CTYPE``
+``C``) matched no word written with a capital ``İ``, ``Σ`` or ``É`` (a trial, 2026-12-03).
+Each word once; those weighing under :data:`MIN_WEIGHT` are dropped (unless nothing else is
+left), and of the rest the :data:`MAX_WORDS` rarest are kept, rarest first (ties: query order);
+with counts, a word no counted document holds goes after the others (it weighs the most yet a scan
 for it finds nothing, and the candidate scans look for the rarest words first); with the
 fallback, so does a word the table does not know that no row the reader reads holds (one probe,
 only for such words: ``sibyl:search.unheld_words``). The database stems each word with the
@@ -137,8 +137,8 @@ def lowered(word: str) -> str:
     """``word`` lower-cased one character at a time, as PostgreSQL's full-text parser does
     where the database's locale lower-cases Unicode (``towlower`` per character): ``ß`` and
     ligatures stay, ``Σ`` is always ``σ``, ``İ`` is ``i`` (Python's ``str.lower`` gives ``i``
-    and a combining dot, here only the ``i``). The key two spellings of one word share
-    (``CPython``, ``cpython``) and the form ``filters.words`` echoes."""
+    and a combining dot, here only the ``i``). The form ``filters.words`` echoes, and the key
+    by which a query word is matched against the question's ask (:func:`asked`)."""
     return "".join(c.lower()[:1] for c in word)
 
 
