@@ -141,8 +141,8 @@ class ServerVersion:
     text: str
     superuser: bool
     jit_available: bool
-    lc_ctype: str = ""
-    unicode_lower: bool = True
+    lc_ctype: str
+    unicode_lower: bool
     """Whether the database's full-text parser lower-cases letters outside ASCII (``É`` → ``é``):
     not in a database whose ``LC_CTYPE`` is ``C``."""
 
