@@ -151,36 +151,15 @@ class Ranked:
         return self.parent_id or self.id
 
 
-_BLANK_SYMBOLS = frozenset("\u2800")  # the braille blank: a symbol that shows nothing
-
-
-def _invisible(c: str) -> bool:
-    """A character that shows nothing and belongs to no word: a space, a control or format
-    character (Cc, Cf: U+0001, U+200B, U+FEFF, bidi controls), a filler
-    (:func:`app.domain.terms.filler`: U+3164, U+034F, the variation selector U+FE0F), or the
-    braille blank U+2800. (A combining mark shows nothing alone but ends many words, as in
-    Devanagari: never stripped, only blank when nothing else is there.)"""
-    return (
-        c.isspace()
-        or terms.filler(c)
-        or c in _BLANK_SYMBOLS
-        or unicodedata.category(c) in ("Cc", "Cf")
-    )
-
-
 def normalize_query(value: str, *, field: str) -> str:
-    """The query without the characters that show nothing (:func:`_invisible`) at its ends, so
-    the exact lane meets ``task_a1`` in ``"\ufefftask_a1"`` as the word lane does (a trial:
-    the memory it names was no result); ``BadRequest`` when nothing else is left (such a query
-    answered 200 with no words, or an invisible one, while ``"  "`` answered 400; new-user
-    trials) or longer than :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
-    start, end = 0, len(value)
-    while start < end and _invisible(value[start]):
-        start += 1
-    while end > start and _invisible(value[end - 1]):
-        end -= 1
-    stripped = value[start:end]
-    if all(unicodedata.category(c) in ("Mn", "Me") or _invisible(c) for c in stripped):
+    """The query without the characters that show nothing at its ends
+    (:func:`app.domain.terms.strip_invisible`), so the exact lane meets ``task_a1`` in
+    ``"\ufefftask_a1"`` as the word lane does (a trial: the memory it names was no result);
+    ``BadRequest`` when nothing but such characters and lone combining marks is left (such a
+    query answered 200 with no words, or an invisible one, while ``"  "`` answered 400;
+    new-user trials) or longer than :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
+    stripped = terms.strip_invisible(value)
+    if all(unicodedata.category(c) in ("Mn", "Me") or terms.invisible(c) for c in stripped):
         raise BadRequest(f"{field} must be a non-blank string")
     if len(stripped) > policy.MAX_QUERY_CHARS:
         raise BadRequest(f"{field} must be at most {policy.MAX_QUERY_CHARS} characters")
@@ -456,29 +435,28 @@ async def score_spans(
 
 
 async def focus_by_ask(
-    conn: AsyncConnection, reader: Reader, query: str, memories: list[str]
-) -> tuple[list[tuple[str, float]], dict[str, search_repo.Focus]]:
+    conn: AsyncConnection,
+    reader: Reader,
+    memories: list[str],
+    ask_weighted: list[tuple[str, float]],
+    scoring: search_repo.Scoring,
+) -> dict[str, search_repo.Focus]:
     """The focus of ``memories`` (the promoted rows' memories) chosen by the words of the
     question's ask only (:func:`app.domain.terms.asked`: the words after its last interrogative
-    word, weighed as a query of their own, so a common ask word left out of the 12 the lane
-    kept is back), spans in :func:`cover_order`; with those weighted words, for the excerpt.
-    Empty when ``query`` has no ask, or no memory has a span holding one of its words (that
-    memory keeps the focus of the whole query).
+    word, weighed as a query of their own, ``ask_weighted``, so a common ask word left out of
+    the 12 the lane kept is back), spans in :func:`cover_order`. Empty when the query has no
+    ask; a memory none of whose spans holds an ask word is absent (it keeps the focus of the
+    whole query).
 
     Why: a promoted row is listed for its edge to the row above it, and the lead-in of a hop
     question ("The proposal that X builds on an earlier PEP; in that design, what does it mean
     when ...?") describes that row, not this one: scored with every word, its best spans were
     those repeating the lead-in (2026-12-03, ``docs/search.md``). Reads only the memories' own
     spans and the reader's statistics (§2)."""
-    ask = terms.asked(query)
-    words = [w for w in terms.tokens(query) if terms.lowered(w) in ask]
-    if not memories or not words:
-        return [], {}
-    weighted, scoring = await weigh(conn, reader, " ".join(words))
-    if not weighted:
-        return [], {}
-    scored = await score_spans(conn, reader, memories, weighted, scoring)
-    return weighted, {
+    if not memories or not ask_weighted:
+        return {}
+    scored = await score_spans(conn, reader, memories, ask_weighted, scoring)
+    return {
         m: dataclasses.replace(f, spans=cover_order(f.spans, policy.SEARCH_FOCUS_SPANS))
         for m, f in scored.items()
     }
@@ -707,7 +685,13 @@ async def search(
     offset = policy.SEARCH_OFFSET.clamp(request.offset)
     preview_chars = policy.PREVIEW_CHARS.clamp(request.content_max_chars)
 
-    weighted, scoring = await weigh(conn, reader, query)
+    # the words of the question's ask ("..., and what return annotation does it use?"): a
+    # subset of the query's words, weighed with them in ONE look-up of the statistics
+    ask = terms.asked(query)
+    ask_text = " ".join(w for w in terms.tokens(query) if terms.lowered(w) in ask)
+    (weighted, scoring), (ask_weighted, ask_scoring) = await weigh_all(
+        conn, reader, [query, ask_text]
+    )
     found, capped = await find_candidates(
         conn,
         reader,
@@ -730,9 +714,8 @@ async def search(
             for m, f in scored.items()
         }
 
-    # the words of the question's ask ("..., and what return annotation does it use?"), by
-    # their position in the query's words: focus.next weighs them more (cover_order)
-    ask = terms.asked(query)
+    # the ask's words by their position in the query's words: focus.next weighs them more
+    # (cover_order)
     asked = {
         n: policy.SEARCH_FOCUS_ASKED
         for n, (w, _) in enumerate(weighted, start=1)
@@ -759,9 +742,8 @@ async def search(
     if unfocused:  # a page past the re-ranked memories
         focused = {**focused, **await focus_of(unfocused)}
     # a promoted row is listed for its edge: its focus follows the question's ask
-    ask_weighted, by_ask = await focus_by_ask(
-        conn, reader, query, [r.memory_id for r, _ in page if r.promoted_by is not None]
-    )
+    promoted = [r.memory_id for r, _ in page if r.promoted_by is not None]
+    by_ask = await focus_by_ask(conn, reader, promoted, ask_weighted, ask_scoring)
     focused = {**focused, **by_ask}
     results: list[SearchResult] = []
     for r, collapsed in page:

@@ -73,7 +73,9 @@ __all__ = [
     "asked",
     "counted_weight",
     "filler",
+    "invisible",
     "lowered",
+    "strip_invisible",
     "tokens",
     "weight",
     "words",
@@ -114,23 +116,32 @@ def filler(c: str) -> bool:
     return c in _FILLERS or "\ufe00" <= c <= "\ufe0f" or "\U000e0100" <= c <= "\U000e01ef"
 
 
-def _edge_format_chars(token: str) -> str:
-    """``token`` without the invisible characters at its ends: format characters (Unicode
-    category Cf: bidi controls, zero-width spaces) and fillers (:func:`filler`):
-    ``"\u202equorvex\u202c"`` and ``"type\ufe0f"`` are the words ``quorvex`` and ``type`` (the
-    database's parser drops them or reads no letter in them; kept, the query's word matched
-    nothing, and in ``filters.words`` it looked like another word: new-user trials). Inside a
-    word they stay, as the database reads them."""
+_BLANK_SYMBOLS = frozenset("\u2800")  # the braille blank: a symbol that shows nothing
 
-    def edge(c: str) -> bool:
-        return unicodedata.category(c) == "Cf" or filler(c)
 
-    start, end = 0, len(token)
-    while start < end and edge(token[start]):
+def invisible(c: str) -> bool:
+    """A character that shows nothing and belongs to no word: a space, a control or format
+    character (Cc, Cf: U+0001, U+200B, U+FEFF, bidi controls), a filler (:func:`filler`:
+    U+3164, U+034F, the variation selector U+FE0F), or the braille blank U+2800. (A combining
+    mark shows nothing alone but ends many words, as in Devanagari: it is not one of these.)"""
+    return (
+        c.isspace() or filler(c) or c in _BLANK_SYMBOLS or unicodedata.category(c) in ("Cc", "Cf")
+    )
+
+
+def strip_invisible(text: str) -> str:
+    """``text`` without the :func:`invisible` characters at its ends; inside it they stay.
+    A query word: ``"\u202equorvex\u202c"`` and ``"type\ufe0f"`` are the words ``quorvex`` and
+    ``type`` (the database's parser drops them or reads no letter in them; kept, the query's
+    word matched nothing, and in ``filters.words`` it looked like another word: new-user
+    trials). A whole query (:func:`app.domain.search.normalize_query`): the exact lane meets
+    ``task_a1`` in ``"\ufefftask_a1"`` as the word lane does."""
+    start, end = 0, len(text)
+    while start < end and invisible(text[start]):
         start += 1
-    while end > start and edge(token[end - 1]):
+    while end > start and invisible(text[end - 1]):
         end -= 1
-    return token[start:end]
+    return text[start:end]
 
 
 def lowered(word: str) -> str:
@@ -147,7 +158,7 @@ def _words_in_order(text: str) -> list[str]:
     ``wordfreq.tokenize(text, "en")`` (its expression over the NFC text; English needs no other
     step) before its case folding, without invisible format characters at their ends."""
     found = TOKEN_RE.findall(unicodedata.normalize("NFC", text))
-    cleaned = (_edge_format_chars(t.strip("'")) for t in found)
+    cleaned = (strip_invisible(t.strip("'")) for t in found)
     return [t for t in cleaned if t]
 
 
@@ -162,7 +173,7 @@ def tokens(text: str) -> list[str]:
     is ``C``, ``İstanbul`` stays as written on both sides; a lower-cased query word matched
     nothing there: new-user trials, 2026-12-03), so ``istanbul İstanbul`` stays two words: one
     lexeme where the locale lower-cases Unicode, two where it does not. Invisible format
-    characters at a word's ends are not part of it (:func:`_edge_format_chars`)."""
+    characters at a word's ends are not part of it (:func:`strip_invisible`)."""
     seen: dict[str, str] = {}
     for word in _words_in_order(text):
         seen.setdefault(word.translate(_ASCII_LOWER), word)
