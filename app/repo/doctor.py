@@ -43,7 +43,9 @@ VERSION_SQL = text(
     """/* sibyl:doctor.version */
 SELECT current_setting('server_version_num')::int AS version_num, version() AS version,
        current_setting('is_superuser') = 'on' AS superuser, pg_jit_available() AS jit_available,
-       current_setting('lc_ctype') AS lc_ctype,
+       -- the database's character classification, from the catalogue: PostgreSQL 16 removed
+       -- the lc_ctype setting, so it is never read as one
+       (SELECT d.datctype FROM pg_database d WHERE d.datname = current_database()) AS lc_ctype,
        -- whether the full-text parser lower-cases a letter outside ASCII (the locale decides)
        tsvector_to_array(to_tsvector('simple', 'ÉΣ')) = ARRAY['éσ'] AS unicode_lower"""
 )
