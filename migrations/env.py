@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.core.db import async_url, database_url
 from app.core.settings import get_settings
+from app.repo.semantic_schema import SEMANTIC_TABLES
 from app.repo.tables import Base
 
 config = context.config
@@ -17,6 +18,16 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
     fileConfig(config.config_file_name)
 
 target_metadata = Base.metadata
+
+
+def include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    """Leave the semantic lane's tables out of the model comparison: they exist only where the
+    server has pgvector, and their column type comes from that extension."""
+    table = getattr(obj, "table", None) if type_ in ("index", "column") else obj
+    table_name = getattr(table, "name", name)
+    return table_name not in SEMANTIC_TABLES
 
 
 def _url() -> str:
@@ -39,7 +50,12 @@ def _run(connection: Connection) -> None:
     timeout = config.attributes.get("lock_timeout_ms", get_settings().migration_lock_timeout_ms)
     connection.exec_driver_sql(LOCK_TIMEOUT_SQL, (f"{int(timeout)}ms",))
     connection.commit()
-    context.configure(connection=connection, target_metadata=target_metadata, compare_type=True)
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        compare_type=True,
+        include_object=include_object,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -110,8 +110,8 @@ def test_a_migration_gives_up_on_a_held_lock_and_changes_nothing(empty_database)
     assert before != head
 
     held, release = threading.Event(), threading.Event()
-    # orgs: the table the head migration (0010, a table referencing it) must lock
-    holder = threading.Thread(target=_hold_lock, args=(url, "orgs", held, release))
+    # term_audiences: the table the head migration (0011) alters
+    holder = threading.Thread(target=_hold_lock, args=(url, "term_audiences", held, release))
     holder.start()
     try:
         assert held.wait(30)
@@ -132,8 +132,8 @@ def test_the_cli_says_in_one_line_that_a_migration_gave_up_on_a_lock(empty_datab
     upgrade(url)
     command.downgrade(alembic_config(url), "-1")
     held, release = threading.Event(), threading.Event()
-    # orgs: the table the head migration (0010, a table referencing it) must lock
-    holder = threading.Thread(target=_hold_lock, args=(url, "orgs", held, release))
+    # term_audiences: the table the head migration (0011) alters
+    holder = threading.Thread(target=_hold_lock, args=(url, "term_audiences", held, release))
     holder.start()
     try:
         assert held.wait(30)

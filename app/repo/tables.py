@@ -17,6 +17,7 @@ from sqlalchemy import (
     CheckConstraint,
     Computed,
     DateTime,
+    Float,
     ForeignKeyConstraint,
     Identity,
     Index,
@@ -251,6 +252,14 @@ class Entity(Base):
         Index("ix_entities_head", "head_tsv", postgresql_using="gin"),
         Index("ix_entities_name_prefix", "org_id", "name_lower", "id"),
         Index("ix_entities_title_prefix", "org_id", "title_lower", "id"),
+        # the full-text lane's private arm: the reader's own private memories (0011)
+        Index(
+            "ix_entities_owner_private",
+            "org_id",
+            "owner_id",
+            "id",
+            postgresql_where=text("scope = 'private'"),
+        ),
     )
 
 
@@ -268,6 +277,8 @@ class EntityGrant(Base):
         ForeignKeyConstraint(
             ["org_id", "user_id"], ["users.org_id", "users.id"], ondelete="CASCADE"
         ),
+        # the full-text lane's private arm: the memories granted to a reader (0011)
+        Index("ix_entity_grants_user", "org_id", "user_id", "entity_id"),
     )
 
 
@@ -439,6 +450,9 @@ class TermAudience(Base):
     # the snapshot its counts were taken in: a memory whose creating transaction it does not
     # see is in none of them, and editing or deleting it does not retire the audience (0008)
     counted_snapshot: Mapped[str | None] = mapped_column(PgSnapshot, nullable=True)
+    # the generation of term_impacts that holds its current impact lists (NULL: none yet);
+    # written by a refresh's stamp after the lists themselves (migration 0011)
+    impacts_generation: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
 
 
@@ -451,6 +465,33 @@ class TermStat(Base):
     lexeme: Mapped[str] = mapped_column(Id, primary_key=True)
     audience: Mapped[str] = mapped_column(Id, primary_key=True)
     df: Mapped[int] = mapped_column(Integer, nullable=False)
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["org_id", "audience"],
+            ["term_audiences.org_id", "term_audiences.audience"],
+            ondelete="CASCADE",
+        ),
+    )
+
+
+class TermImpact(Base):
+    """One entry of an impact list: for a lexeme held by more of the org's counted documents
+    than a list holds, one document of ``audience`` holding it, at ``rank`` (1 = the highest
+    BM25 term contribution, ``impact``) in that audience's list of ``generation``
+    (:mod:`app.repo.term_stats`). ``memory_id`` and ``memory_type``: the document's memory
+    (itself, or a passage's parent) and its type. Keyed lexeme first: a word's lists are one
+    index range."""
+
+    __tablename__ = "term_impacts"
+    org_id: Mapped[str] = mapped_column(Id, primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Id, primary_key=True)
+    audience: Mapped[str] = mapped_column(Id, primary_key=True)
+    generation: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    doc_id: Mapped[str] = mapped_column(Id, nullable=False)
+    memory_id: Mapped[str] = mapped_column(Id, nullable=False)
+    memory_type: Mapped[str] = mapped_column(Id, nullable=False)
+    impact: Mapped[float] = mapped_column(Float, nullable=False)
     __table_args__ = (
         ForeignKeyConstraint(
             ["org_id", "audience"],

@@ -25,13 +25,24 @@ every current passage's (``parent_revision`` = its memory's revision), whatever 
   the arming disarmed the audience (or found it disarmed already), so it is not stamped. Two
   refreshes may overlap: the later arming takes every audience over, so the earlier refresh
   stamps none (its count may predate a write the later arming no longer shows);
-- ``sibyl:search.weights`` (named for the verb it serves) reads a reader's sums for a query's
-  words (:func:`lookup`).
+- ``sibyl:search.words`` (named for the verb it serves) splits a query into words and reads
+  the reader's sums for them (:func:`lookup`).
+
+**Impact lists.** The count also writes, for every lexeme that more than ``list_length`` of the
+org's counted documents hold, each audience's ``list_length`` documents holding it with the
+highest BM25 term contribution (``tf·(k1 + 1) / (tf + k1·(1 − b + b·len / avg_len))``, ``tf``
+counting a name or breadcrumb occurrence ``field_boost`` times, ``avg_len`` the audience's mean
+length; ties by document id), not counting retired memories. They are stored under a new
+generation in their own transaction (*store*, between *count* and *stamp*; no lock), the stamp
+points each audience it stamps at that generation, and older generations are deleted after it
+(*sweep*). The full-text lane reads a common word's candidates from them
+(:mod:`app.repo.search`): every document of a list is one every reader of its audience may read.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -67,8 +78,32 @@ _DOCUMENTS = f"""documents AS (
     WHERE p.org_id = :org_id AND e.scope IN ('project', 'org')
 )"""
 
+# Every non-retired search document of an audience, with its id, memory and type: the documents
+# of the impact lists (read in the count's snapshot).
+_LIST_DOCUMENTS = f"""documents AS (
+    SELECT CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END AS audience,
+           e.id AS doc_id, e.id AS memory_id, e.type AS memory_type, e.search_tsv AS tsv,
+           length(e.search_tsv) AS len
+    FROM entities e
+    WHERE e.org_id = :org_id AND e.scope IN ('project', 'org') AND e.lifecycle <> 'retired'
+  UNION ALL
+    SELECT CASE WHEN e.scope = 'org' THEN '{ORG_AUDIENCE}' ELSE e.project_id END,
+           p.id, e.id, e.type, p.search_tsv, length(p.search_tsv)
+    FROM passages p
+    JOIN entities e ON e.org_id = p.org_id AND e.id = p.parent_id
+                   AND p.parent_revision = e.revision
+    WHERE p.org_id = :org_id AND e.scope IN ('project', 'org') AND e.lifecycle <> 'retired'
+)"""
+
 REFRESH_SETTINGS_SQL = text(
     """/* sibyl:term_stats.refresh_settings */ SET LOCAL statement_timeout = 0"""
+)
+# The count sorts every (document, common lexeme) pair once for the impact lists: in memory,
+# and without JIT (compiling this plan with inlining took minutes where running it takes
+# seconds).
+COUNT_MEMORY_SQL = text(
+    """/* sibyl:term_stats.count_memory */
+SELECT set_config('work_mem', '64MB', true), set_config('jit', 'off', true)"""
 )
 
 # Tried, never waited on: a waiting exclusive request would queue every new write of the org
@@ -122,6 +157,76 @@ SELECT u.lexeme, d.audience, count(*) AS df
 FROM documents d
 CROSS JOIN LATERAL unnest(d.tsv) u
 GROUP BY u.lexeme, d.audience"""
+)
+
+# The impact lists of the count's snapshot (see the module docstring): the lexemes more than
+# :list_length counted documents of the org hold, and per audience its best documents for each.
+COUNT_IMPACTS_SQL = text(
+    f"""/* sibyl:term_stats.count_impacts */
+CREATE TEMPORARY TABLE counted_impacts ON COMMIT PRESERVE ROWS AS
+WITH {_LIST_DOCUMENTS},
+common AS MATERIALIZED (  -- the lexemes whose matches a list bounds
+    SELECT c.lexeme FROM counted_lexemes c GROUP BY c.lexeme HAVING sum(c.df) > :list_length
+),
+normalised AS (  -- each document's length against its audience's mean (BM25's length part)
+    SELECT d.audience, d.doc_id, d.tsv,
+           1 - CAST(:b AS float8) + CAST(:b AS float8) * d.len
+             / greatest((SELECT c.lengths::float8 / greatest(c.documents, 1)
+                         FROM counted_audiences c WHERE c.audience = d.audience), 1) AS norm
+    FROM documents d
+),
+contributions AS (  -- per document and common lexeme: BM25's term contribution
+    SELECT d.audience, u.lexeme, d.doc_id,
+           f.tf * (CAST(:k1 AS float8) + 1) / (f.tf + CAST(:k1 AS float8) * d.norm) AS impact
+    FROM normalised d
+    CROSS JOIN LATERAL unnest(d.tsv) u  -- the vector read once per document
+    CROSS JOIN LATERAL (
+        SELECT cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
+                 * cardinality(array_positions(u.weights, 'A')) AS tf
+    ) f
+    WHERE u.lexeme IN (SELECT lexeme FROM common)
+),
+ranked AS (  -- each audience's best documents per lexeme (narrow rows: the sort is the cost)
+    SELECT r.*
+    FROM (
+        SELECT c.*, row_number() OVER (PARTITION BY c.audience, c.lexeme
+                                       ORDER BY c.impact DESC, c.doc_id) AS rank
+        FROM contributions c
+    ) r
+    WHERE r.rank <= :list_length
+)
+SELECT r.audience, r.lexeme, r.rank, r.doc_id, d.memory_id, d.memory_type, r.impact
+FROM ranked r
+JOIN documents d ON d.doc_id = r.doc_id AND d.audience = r.audience"""
+)
+
+NEXT_GENERATION_SQL = text(
+    """/* sibyl:term_stats.next_generation */ SELECT nextval('term_impacts_generation')"""
+)
+
+# The lists of the audiences that have a row (an audience new since the arming gets one at the
+# stamp, not fresh, and its lists at the next refresh), under the refresh's generation.
+STORE_IMPACTS_SQL = text(
+    """/* sibyl:term_stats.store_impacts */
+INSERT INTO term_impacts (org_id, lexeme, audience, generation, rank, doc_id, memory_id,
+                          memory_type, impact)
+SELECT :org_id, c.lexeme, c.audience, :generation, c.rank, c.doc_id, c.memory_id,
+       c.memory_type, c.impact
+FROM counted_impacts c
+WHERE EXISTS (SELECT 1 FROM term_audiences s WHERE s.org_id = :org_id AND s.audience = c.audience)
+ORDER BY c.lexeme, c.audience, c.rank  -- a word's lists on few pages"""
+)
+
+# After the stamp: the generations older than each audience's current one, and this refresh's
+# own lists of the audiences it did not stamp (never a newer refresh's, still to be stamped).
+SWEEP_IMPACTS_SQL = text(
+    """/* sibyl:term_stats.sweep_impacts */
+DELETE FROM term_impacts i
+USING term_audiences s
+WHERE i.org_id = :org_id AND s.org_id = :org_id AND s.audience = i.audience
+  AND (i.generation < s.impacts_generation
+       OR (i.generation = :generation
+           AND s.impacts_generation IS DISTINCT FROM CAST(:generation AS bigint)))"""
 )
 
 # What the stamp must change so that the org's term_stats equal the count: (lexeme, audience)
@@ -179,7 +284,7 @@ STAMP_AUDIENCES_SQL = text(
     """/* sibyl:term_stats.stamp_audiences */
 UPDATE term_audiences s
 SET documents = c.documents, lengths = c.lengths, fresh = true, armed_by = NULL,
-    refreshed_at = now(),
+    refreshed_at = now(), impacts_generation = CAST(:generation AS bigint),
     counted_snapshot = CASE WHEN c.xids_seen THEN CAST(CAST(:snapshot AS text) AS pg_snapshot)
                        END  -- NULL: every write into it retires it
 FROM counted_audiences c
@@ -208,7 +313,7 @@ ON CONFLICT (org_id, audience) DO NOTHING"""
 
 DROP_COUNTED_SQL = text(
     """/* sibyl:term_stats.drop_counted */
-DROP TABLE IF EXISTS counted_audiences, counted_lexemes, lexeme_changes"""
+DROP TABLE IF EXISTS counted_audiences, counted_lexemes, lexeme_changes, counted_impacts"""
 )
 
 RETIRE_LOCK_SQL = text(
@@ -306,18 +411,40 @@ class RefreshBusy(RuntimeError):
     """Writes of the org held its statistics lock for :data:`ARM_WAIT_S` without a gap."""
 
 
+@dataclass(frozen=True)
+class ListParams:
+    """What the impact lists are computed with: their length (the documents kept per audience
+    and lexeme; a lexeme gets lists when more of the org's counted documents hold it) and the
+    BM25 constants of the contribution they are ordered by (the search settings' own)."""
+
+    list_length: int = 200
+    k1: float = 1.2
+    b: float = 0.75
+    field_boost: float = 3.0
+
+
 async def refresh(
-    conn: AsyncConnection, *, org_id: str, arm_wait_s: float | None = None
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    arm_wait_s: float | None = None,
+    lists: ListParams | None = None,
 ) -> tuple[int, int]:
     """Recount every audience of ``org_id`` on ``conn`` (a connection outside any transaction:
-    :func:`arm`, :func:`count` and :func:`stamp` run a transaction each, see the module
-    docstring); return (audiences stamped fresh, their documents). Writes of the org wait only
-    for the arming's own statements, never for the count; an overlapping refresh takes over the
-    audiences it arms (the earlier one then stamps none of them)."""
+    :func:`arm`, :func:`count`, :func:`store`, :func:`stamp` and :func:`sweep` run a transaction
+    each, see the module docstring); return (audiences stamped fresh, their documents). Writes of
+    the org wait only for the arming's own statements, never for the count or the lists; an
+    overlapping refresh takes over the audiences it arms (the earlier one then stamps none of
+    them). ``lists``: how the impact lists are computed (default :class:`ListParams`)."""
     try:
         token = await arm(conn, org_id=org_id, arm_wait_s=arm_wait_s)
-        snapshot = await count(conn, org_id=org_id)
-        return await stamp(conn, org_id=org_id, token=token, snapshot=snapshot)
+        snapshot = await count(conn, org_id=org_id, lists=lists or ListParams())
+        generation = await store(conn, org_id=org_id)
+        done = await stamp(
+            conn, org_id=org_id, token=token, snapshot=snapshot, generation=generation
+        )
+        await sweep(conn, org_id=org_id, generation=generation)
+        return done
     finally:
         if not conn.in_transaction():
             async with conn.begin():
@@ -344,35 +471,62 @@ async def arm(conn: AsyncConnection, *, org_id: str, arm_wait_s: float | None = 
     return token
 
 
-async def count(conn: AsyncConnection, *, org_id: str) -> str:
+async def count(conn: AsyncConnection, *, org_id: str, lists: ListParams | None = None) -> str:
     """Refresh, step 2 (one repeatable-read transaction, no lock): count the org's documents
-    and lexemes by audience into this session's temporary tables, and the lexeme rows that
-    differ from the stored ones (what :func:`stamp` writes). Returns the transaction's
+    and lexemes by audience into this session's temporary tables, the lexeme rows that differ
+    from the stored ones (what :func:`stamp` writes) and the impact lists (what :func:`store`
+    writes; ``lists``: their parameters, default :class:`ListParams`). Returns the transaction's
     snapshot (``pg_snapshot`` as text, read after its first query): a memory whose creating
     transaction it does not see is in none of the counts."""
     p = {"org_id": org_id}
     async with conn.begin():
         await conn.execute(COUNT_SNAPSHOT_SQL)
         await conn.execute(REFRESH_SETTINGS_SQL)
+        await conn.execute(COUNT_MEMORY_SQL)
         await conn.execute(DROP_COUNTED_SQL)
         await conn.execute(COUNT_AUDIENCES_SQL, p)
         snapshot: str = (await conn.execute(COUNTED_SNAPSHOT_SQL)).scalar_one()
         await conn.execute(COUNT_LEXEMES_SQL, p)
         await conn.execute(COUNT_CHANGES_SQL, p)
+        await conn.execute(COUNT_IMPACTS_SQL, {**p, **dataclasses.asdict(lists or ListParams())})
     return snapshot
 
 
+async def store(conn: AsyncConnection, *, org_id: str) -> int:
+    """Refresh, step 3 (one transaction, no lock: nothing reads a generation before a stamp
+    names it): write the counted impact lists under a new generation; return it."""
+    async with conn.begin():
+        await conn.execute(REFRESH_SETTINGS_SQL)
+        generation = int((await conn.execute(NEXT_GENERATION_SQL)).scalar_one())
+        await conn.execute(STORE_IMPACTS_SQL, {"org_id": org_id, "generation": generation})
+    return generation
+
+
+async def sweep(conn: AsyncConnection, *, org_id: str, generation: int) -> None:
+    """Refresh, step 5 (one transaction): delete the impact lists no audience uses any more
+    (older generations, and ``generation``'s lists of audiences the stamp did not take)."""
+    async with conn.begin():
+        await conn.execute(REFRESH_SETTINGS_SQL)
+        await conn.execute(SWEEP_IMPACTS_SQL, {"org_id": org_id, "generation": generation})
+
+
 async def stamp(
-    conn: AsyncConnection, *, org_id: str, token: str, snapshot: str | None = None
+    conn: AsyncConnection,
+    *,
+    org_id: str,
+    token: str,
+    snapshot: str | None = None,
+    generation: int | None = None,
 ) -> tuple[int, int]:
-    """Refresh, step 3 (one short transaction): the audiences still armed by ``token`` (no
+    """Refresh, step 4 (one short transaction): the audiences still armed by ``token`` (no
     write retired them and no later refresh took them over since the arming; a row a write is
     disarming is skipped, never waited for) take the counts and ``fresh`` (only the lexeme rows
     whose counts changed are written, so a write's retire waits for little); an armed audience
     with no document left loses its row; an audience counted that had no row at the arming gets
     one, not fresh. ``snapshot``: what :func:`count` returned (None: unknown; every write
     into a stamped audience then retires it). Returns (audiences stamped fresh, their
-    documents)."""
+    documents). ``generation``: the impact lists :func:`store` wrote, which each stamped
+    audience now names (None: none)."""
     p = {"org_id": org_id}
     async with conn.begin():
         await conn.execute(REFRESH_SETTINGS_SQL)
@@ -383,14 +537,18 @@ async def stamp(
         await conn.execute(STAMP_LEXEMES_SQL, q)
         documents = [
             r.documents
-            for r in await conn.execute(STAMP_AUDIENCES_SQL, {**q, "snapshot": snapshot})
+            for r in await conn.execute(
+                STAMP_AUDIENCES_SQL, {**q, "snapshot": snapshot, "generation": generation}
+            )
         ]
         await conn.execute(STAMP_NEW_SQL, p)
         await conn.execute(DROP_COUNTED_SQL)
     return len(documents), sum(documents)
 
 
-VACUUM_SQL = text("/* sibyl:term_stats.vacuum */ VACUUM (ANALYZE) term_audiences, term_stats")
+VACUUM_SQL = text(
+    "/* sibyl:term_stats.vacuum */ VACUUM (ANALYZE) term_audiences, term_stats, term_impacts"
+)
 
 
 async def vacuum(conn: AsyncConnection) -> None:
