@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/pip install --quiet --upgrade pip
 	@# pip says nothing while it unpacks and installs (10-20 s): a line every 8 s says it still works
 	@( while sleep 8; do echo "  … pip is still installing"; done ) & ticker=$$!; \
-	  $(BIN)/pip install --progress-bar on -c constraints.txt -e '.[dev]'; status=$$?; kill $$ticker; exit $$status
+	  $(BIN)/pip install --progress-bar on -c constraints.txt -e '.[dev,semantic]'; status=$$?; kill $$ticker; exit $$status
 	touch $(STAMP)
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
@@ -55,13 +55,13 @@ check: lint typecheck ## lint + typecheck
 
 $(BENCH_STAMP): $(STAMP)
 	@echo "› installing the benchmark's extra dependencies"
-	$(BIN)/pip install -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/pip install -c constraints.txt -e '.[dev,bench,semantic]'
 	touch $(BENCH_STAMP)
 
 lock: ## Re-pin constraints.txt to the newest releases pyproject.toml admits (in a scratch venv), then run make check test
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install --quiet --upgrade pip
-	.venv-lock/bin/pip install --quiet -e '.[dev,bench]'
+	.venv-lock/bin/pip install --quiet -e '.[dev,bench,semantic]'
 	{ sed -n '/^#/p' constraints.txt; .venv-lock/bin/pip freeze --exclude-editable | grep -vi '^sibyl'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 	@echo "› constraints.txt re-pinned: git diff constraints.txt, then make check test"

@@ -260,6 +260,72 @@ def stats_refresh(
         typer.echo(line)
 
 
+@cli.command()
+def embed(
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="minilm or hashing (default: SIBYL_EMBEDDER)"),
+    ] = None,
+) -> None:
+    """Write the semantic lane's vectors of every memory whose vectors are missing or stale
+    (docs/search.md), with a progress bar; a serving process with the lane on does the same in
+    the background. Needs the ``semantic`` extra and pgvector on the server."""
+    from app.core.embedder import EmbedderUnavailable
+    from app.domain.embeddings import embed_due
+    from app.repo import embeddings as embeddings_repo
+    from app.repo.search.semantic import tables_present
+
+    name = model or get_settings().embedder
+
+    async def go() -> int:
+        engine = make_engine()
+        try:
+            async with engine.connect() as conn:
+                if not await tables_present(conn):
+                    raise EmbedderUnavailable("the database server has no pgvector")
+                due, _ = await embeddings_repo.due_count(conn, model=name)
+            with progress("embedding memories", due) as advance:
+                seen = 0
+
+                def step_done(done: int, _total: int) -> None:
+                    nonlocal seen
+                    advance(done - seen)
+                    seen = done
+
+                return await embed_due(engine, model_name=name, progress=step_done)
+        finally:
+            await engine.dispose()
+
+    try:
+        done = asyncio.run(go())
+    except EmbedderUnavailable as exc:
+        raise _err(f"the semantic lane cannot run here: {exc}", 2) from None
+    typer.echo(f"{done} memories embedded with {name}", err=True)
+
+
+semantic_cli = typer.Typer(help="The semantic lane's storage (pgvector).", no_args_is_help=True)
+cli.add_typer(semantic_cli, name="semantic")
+
+
+@semantic_cli.command("setup")
+def semantic_setup() -> None:
+    """Create the semantic lane's tables where the server now has pgvector (the migration
+    creates them when it had it already); exit 2 when it still has none."""
+    from app.repo.semantic_schema import create_semantic_tables
+
+    async def go() -> bool:
+        engine = make_engine()
+        try:
+            async with engine.begin() as conn:
+                return await conn.run_sync(create_semantic_tables)
+        finally:
+            await engine.dispose()
+
+    if not asyncio.run(go()):
+        raise _err("the database server has no pgvector (the vector extension)", 2)
+    typer.echo("the semantic lane's tables are in place", err=True)
+
+
 REBUILD_ATTEMPTS = 3
 """A community rebuild that collides with a concurrent delete is run again, up to this often."""
 
@@ -481,9 +547,24 @@ def eval_(
             "sibyl_eval)",
         ),
     ] = "sibyl_eval",
+    locomo_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--locomo",
+            help="A folder of LoCoMo conv-*.json files (default: SIBYL_LOCOMO_DIR, else "
+            "../shared/data/locomo)",
+        ),
+    ] = None,
+    no_locomo: Annotated[
+        bool, typer.Option("--no-locomo", help="Skip the LoCoMo conversations")
+    ] = False,
+    no_ablations: Annotated[
+        bool, typer.Option("--no-ablations", help="Skip the ablation table")
+    ] = False,
 ) -> None:
-    """Run the evaluation (docs/eval.md): the question sets against a freshly imported PEP
-    corpus in its own database, as user_org_admin; print recall, loop exposure and cost."""
+    """Run the evaluation (docs/eval.md): the PEP question sets and the LoCoMo conversations
+    (beside the grep baseline), each imported fresh into its own database, then the ablation
+    table; print recall, loop exposure, cost and what each stage or lane adds."""
     from rich.console import Console
 
     from app.evaluation import runner
@@ -492,6 +573,9 @@ def eval_(
     if not folder.is_dir():
         raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass --peps)")
     paths = [(p.stem, p) for p in questions] if questions else None
+    chats = None if no_locomo else (locomo_dir or get_settings().locomo_dir)
+    if chats is not None and not chats.is_dir():
+        raise _err(f"no LoCoMo conversations at {chats} (set SIBYL_LOCOMO_DIR or pass --locomo)")
     console = Console(stderr=True)
     try:
         sets = runner.default_sets(paths)
@@ -499,16 +583,21 @@ def eval_(
             runner.run_eval(
                 peps_dir=folder,
                 sets=sets,
+                locomo_dir=chats,
                 keep=keep,
                 reuse=reuse,
                 database=database,
                 with_context=not no_context,
+                ablations=not no_ablations,
                 progress=console,
             )
         )
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         raise _err(str(exc)) from None
-    runner.render(report, Console(width=max(Console().width, 100)))
+    out = Console(width=max(Console().width, 100))
+    runner.render(report, out)
+    runner.render_locomo(report, out)
+    runner.render_ablations(report, out)
     if json_out is not None:
         runner.write_json(report, json_out)
         typer.echo(f"report written to {json_out}", err=True)

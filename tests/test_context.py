@@ -508,10 +508,10 @@ async def test_a_capped_related_list_keeps_the_strongest_hops(engine):
         ], cap
 
 
-async def test_a_pack_looks_its_word_statistics_up_once(engine):
-    # The goal is weighed twice (as written, and as its words), from ONE look-up of the
-    # reader's statistics over both (app.domain.search.weigh_all).
-    from app.domain.search import weigh
+async def test_a_pack_asks_search_for_its_candidates_once(engine):
+    # Context takes its candidates from search's pipeline, once: one look-up of the goal's
+    # words and the reader's statistics, one statement per lane.
+    from app.domain.search import SearchSettings, build_query
     from app.repo.explain import capture
     from app.repo.term_stats import refresh_orgs
 
@@ -525,9 +525,11 @@ async def test_a_pack_looks_its_word_statistics_up_once(engine):
         async with capture(conn) as captured:
             pack = await context_pack(conn, reader, ContextRequest(goal=goal))
         names = [st.name for st in captured]
-        assert names.count("sibyl:search.weights") == 1, names
-        alone, _ = await weigh(conn, reader, goal)
-    assert pack.total_items > 0 and alone  # counted words, and a pack found with them
+        assert names.count("sibyl:search.words") == 1, names
+        assert names.count("sibyl:search.fulltext") == 1, names
+        assert names.count("sibyl:search.exact") == 1, names
+        alone = await build_query(conn, reader, goal, SearchSettings())
+    assert pack.total_items > 0 and alone.counted  # counted words, and a pack found with them
 
 
 # --- what text each item shows (issue 12: the pack holds the answer) ----------------------------
@@ -569,10 +571,10 @@ async def _survey_key(engine) -> str:
 
 async def test_a_memory_item_shows_its_best_matching_span_not_its_opening(engine, client):
     key = await _survey_key(engine)
-    # the goal is the memory's name (exact lane) and its words fill one span deep in its body
-    pack = await _pack(client, key, goal="Gyrfalcon survey", limit=1, include_related=False)
-    (item,) = _items(pack)
-    assert item["id"] == "survey"
+    # the goal is the memory's name (exact lane) and its words fill one span deep in its body;
+    # three kestrel notes holding "survey" take the reserved note lane
+    pack = await _pack(client, key, goal="Gyrfalcon survey", limit=4, include_related=False)
+    assert [i["id"] for i in _items(pack)].count("survey") == 1
     md = pack["markdown"]
     assert "wintering range reaches the Baltic coast" in md
     assert "Opening remarks about the weather" not in md  # the body's opening, the old text

@@ -24,7 +24,7 @@ from app.api.app import create_app
 from app.cli import cli
 from app.core.db import statement_engine
 from app.core.settings import get_settings
-from app.domain.explain import STATEMENT_SHAPES, explain_for_user
+from app.domain.explain import SEARCH_LEXICAL_SHAPES, STATEMENT_SHAPES, explain_for_user
 from app.domain.permissions import LACKS_READ
 from tests.builders import import_dicts, make_key
 from tests.world import World
@@ -91,7 +91,8 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
     assert r.status_code == 200, r.text
     served = [(sql, params) for sql, params in sent if not sql.startswith("/* sibyl:reader")]
     # these bodies run every statement of the verb (REST expand: its one keyed statement)
-    assert len(served) == (1 if verb == "expand" else STATEMENT_SHAPES[verb])
+    expected = {"expand": 1, "slice": STATEMENT_SHAPES["slice"], "search": SEARCH_LEXICAL_SHAPES}
+    assert len(served) == expected[verb]
 
     r = await client.post(
         f"/api/admin/explain/{verb}", json=BODIES[verb], headers=_auth(keys["admin"])

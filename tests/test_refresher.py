@@ -21,7 +21,7 @@ from app.api.app import create_app
 from app.core.settings import get_settings
 from app.domain import memories, refresher
 from app.domain.refresher import Refresher
-from app.domain.search import weigh
+from app.domain.search import SearchSettings, build_query
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
 from tests.builders import audience_freshness
@@ -38,8 +38,7 @@ async def _counted(engine, key: str) -> bool:
     async with engine.connect() as conn:
         reader = await reader_by_key(conn, key=key)
         assert reader is not None
-        _, scoring = await weigh(conn, reader, "kelp")
-        return scoring.counted
+        return (await build_query(conn, reader, "kelp", SearchSettings())).counted
 
 
 async def _post(client, key: str, **body) -> None:

@@ -9,7 +9,6 @@ import json
 import secrets
 
 import pytest
-import wordfreq
 from mcp import Client
 from sqlalchemy import text
 
@@ -18,10 +17,10 @@ from app.core.migrations import upgrade
 from app.core.settings import Settings
 from app.domain import policy
 from app.domain.schemas import SearchRequest
-from app.domain.search import cover_order, score_spans, search, weigh
-from app.domain.terms import asked, lowered, tokens
+from app.domain.search import SearchSettings, build_query, search
+from app.domain.search.query import ask_positions
+from app.domain.search.rerank import best_spans, cover_order
 from app.mcp.server import build_mcp, fixed_key
-from app.repo import search as search_repo
 from app.repo import term_stats
 from app.repo.readers import reader_by_user
 from app.repo.search import Span
@@ -36,6 +35,7 @@ from tests.builders import (
 from tests.team import Team, call
 
 SECTION = " ".join(f"filler{i}" for i in range(170))  # ~1400 characters of unmatched words
+DEFAULTS = SearchSettings()
 
 
 def _org(sfx: str, *, org: str, users: dict[str, str]) -> list[dict]:
@@ -99,7 +99,7 @@ async def test_rrf_order_matches_the_hand_computation(engine, client):
     assert {r["id"]: r["score"] for r in got["results"]} == {
         i: round(s, 6) for i, s in by_hand.items()
     }
-    assert got["filters"]["rrf_k"] == policy.RRF_K == k
+    assert got["filters"]["rrf_k"] == DEFAULTS.rrf_k == k
     assert got["total"] == 5 and got["has_more"] is False
 
     # the exact lane is case-insensitive on names, and matches an id as sent or lower-cased
@@ -576,15 +576,10 @@ async def test_a_cut_made_before_issue_12_that_dropped_text_keeps_it_searchable(
     assert hit["id"] == "doc_old"
 
 
-async def test_a_long_memory_competes_through_every_span_not_only_those_the_scans_found(
-    engine, client, monkeypatch
-):
-    """Re-ranking by the best span (issue 12, ``app.domain.search.rerank``): the candidate scans
-    find a passage only through its breadcrumb or the query's rarest word, so a long memory whose
-    answering span holds the question's commoner words (and whose name holds one of them)
-    competed through its name and lead only, below a short memory holding the rarest word once.
-    Every span of the best memories is now scored: the answering memory comes first, its
-    ``metadata.match.span_rank`` says why, and its focus names that span."""
+async def test_a_long_memory_competes_through_every_span_holding_a_query_word(engine, client):
+    """A long memory whose answering span holds the question's commoner words (and whose name
+    holds one of them) is found through that span, every word being a way in, and comes before
+    a short memory holding the rarest word once; its focus names that span."""
     sfx, org = secrets.token_hex(3), "org_rerank_" + secrets.token_hex(4)
     sections = "".join(f"## Part {i}\n\n{SECTION}\n\n" for i in range(4))
     answer = (
@@ -602,32 +597,15 @@ async def test_a_long_memory_competes_through_every_span_not_only_those_the_scan
     got = await _search(client, key, query=question)
     ranked = [r["parent_entity_id"] or r["id"] for r in got["results"]]
     assert ranked[:2] == ["doc_rivers", "doc_short"]
+    holder = await _passage_holding(engine, org, "doc_rivers", "murky rivers hide")
     first = got["results"][0]
-    assert first["metadata"]["match"]["span_rank"] > first["metadata"]["match"]["text_rank"]
-    async with engine.connect() as conn:
-        holder = (
-            await conn.execute(
-                text(
-                    "SELECT id FROM passages WHERE org_id = :o AND parent_id = 'doc_rivers'"
-                    " AND content LIKE '%murky rivers hide%'"
-                ),
-                {"o": org},
-            )
-        ).scalar_one()
     assert first["metadata"]["focus"]["id"] == holder
-    # without the re-ranking (no memory's spans scored) the order was the other way round
-    monkeypatch.setattr(policy, "SEARCH_RERANK", 0)
-    before = await _search(client, key, query=question)
-    assert [r["parent_entity_id"] or r["id"] for r in before["results"]][:2] == [
-        "doc_short",
-        "doc_rivers",
-    ]
-    assert before["results"][1]["metadata"]["match"]["span_rank"] is None
+    assert first["metadata"]["match"]["span_rank"] >= first["metadata"]["match"]["text_rank"]
 
 
 async def test_pages_across_the_re_ranked_memories_are_one_order(engine, client):
-    # The re-ranking covers a fixed number of memories (policy.SEARCH_RERANK, 40), never one
-    # derived from limit or offset: pages of 7 read across it give exactly the one page of 50.
+    # The re-ranking covers a fixed number of memories (SearchSettings.rerank_depth, 40), never
+    # one derived from limit or offset: pages of 7 read across it give exactly the one page of 50.
     sfx, org = secrets.token_hex(3), "org_rerank_pages_" + secrets.token_hex(4)
     records = [*_open_org(sfx, org, {"ann": "member"})]
     for i in range(60):
@@ -644,10 +622,6 @@ async def test_pages_across_the_re_ranked_memories_are_one_order(engine, client)
     query = "heron marsh egret"
     whole = await _search(client, key, query=query, limit=50)
     assert whole["total"] == 50 and whole["has_more"]
-    assert any(  # the re-ranking moved some memory (its best span beat its hit)
-        (r["metadata"]["match"]["span_rank"] or 0) > (r["metadata"]["match"]["text_rank"] or 0)
-        for r in whole["results"]
-    )
     paged: list[str] = []
     for offset in range(0, 56, 7):
         page = await _search(client, key, query=query, limit=7, offset=offset)
@@ -672,8 +646,8 @@ async def _bm25_spans(engine, user_id: str, memory: str, query: str) -> list[Spa
     async with engine.connect() as conn:
         reader = await reader_by_user(conn, user_id=user_id)
         assert reader is not None
-        weighted, scoring = await weigh(conn, reader, query)
-        scored = await score_spans(conn, reader, [memory], weighted, scoring)
+        q = await build_query(conn, reader, query, DEFAULTS)
+        scored = await best_spans(conn, reader, [memory], q, DEFAULTS, per_memory=64)
     return list(scored[memory].spans)
 
 
@@ -704,7 +678,7 @@ async def test_focus_names_the_best_span_of_a_memory_and_a_query_centred_excerpt
     assert focus["id"] == holder and isinstance(focus["passage_index"], int)
     assert "eucalyptus" in focus["excerpt"] and len(focus["excerpt"]) <= 120
     assert focus["excerpt"].startswith("...")  # the span's opening is filler: cut before
-    assert len(focus["next"]) <= policy.SEARCH_FOCUS_SPANS - 1 and holder not in focus["next"]
+    assert len(focus["next"]) <= DEFAULTS.focus_spans - 1 and holder not in focus["next"]
     assert len(hit["content"]) <= 120 + 3  # the preview rule: cut, plus "..."
     # a memory never cut names itself; with no room for text the excerpt is empty
     got = await _search(client, key, query="wombat eucalyptus", content_max_chars=0)
@@ -735,12 +709,10 @@ async def test_focus_excerpt_is_empty_when_the_rows_preview_already_says_it(engi
 
 
 async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(engine, client):
-    """Without counts (the fallback weights), a word the English table does not know weighs as
-    the rarest, so the candidate scans looked for it alone: "Langa xyzzyq" found nothing where
-    "Langa" finds five (a new-user trial, with an audience stale after one edit). Such a word
-    that no row the reader reads holds now goes last; one a hidden row holds counts as unheld
-    all the same (the reader sees what it would see without that row), and an unknown word that
-    readable rows hold (an identifier) still leads."""
+    """Every word is a way in: a word no row the reader reads holds (a typo, with the fallback
+    weights: the heaviest word) finds nothing and takes nothing away, so "reefs xyzzyq" answers
+    as "reefs" does; one a hidden row holds changes nothing the reader sees; an unknown word
+    that readable rows hold (an identifier) leads."""
     sfx, org = secrets.token_hex(3), "org_unheld_" + secrets.token_hex(4)
     records = [
         *_open_org(sfx, org, {"ann": "member", "bob": "member"}),
@@ -757,9 +729,9 @@ async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(en
 
     alone = await ids("reefs")
     assert sorted(alone) == ["d_ident", "d_reefs"]
-    assert await ids("reefs xyzzyq") == alone  # the unknown word found nothing: last
+    assert await ids("reefs xyzzyq") == alone
     assert await ids("xyzzyq") == []
-    assert (await ids("zqxtoken reefs"))[:1] == ["d_ident"]  # a held unknown word still leads
+    assert (await ids("zqxtoken reefs"))[:1] == ["d_ident"]  # a held unknown word leads
     # a private memory of bob holding the unknown word changes nothing ann sees
     await import_dicts(
         engine,
@@ -768,15 +740,10 @@ async def test_an_unknown_word_no_readable_row_holds_does_not_empty_the_query(en
     assert await ids("reefs xyzzyq") == alone
 
 
-async def test_many_unknown_words_are_probed_one_by_one_not_joined_against_every_row(
-    engine, client
-):
-    """With the fallback weights every unknown word of a query is probed for a readable row
-    holding it (``sibyl:search.unheld_words``). As ``NOT EXISTS`` the planner turned the probes
-    into an anti join once a query had ~55 such words, comparing every word with every passage
-    (a trial: 57 words of a 274-character query timed out with a 503, 2 s each). Each probe is
-    now a scalar subquery, which the planner cannot join: the plan holds no join over the words,
-    whatever their count, and the answer is the same (held words lead, unheld words last)."""
+async def test_a_query_of_hundreds_of_words_keeps_its_heaviest_and_answers(engine, client):
+    """A 300-word query (2,000 characters) is answered, not refused or timed out: its
+    :attr:`~SearchSettings.max_words` heaviest words reach the full-text lane (ties: query
+    order), so one held word among unknown ones still finds its memory."""
     sfx, org = secrets.token_hex(3), "org_manyw_" + secrets.token_hex(4)
     records = [
         *_open_org(sfx, org, {"ann": "member"}),
@@ -788,27 +755,8 @@ async def test_many_unknown_words_are_probed_one_by_one_not_joined_against_every
     got = await _search(client, key, query=" ".join(["zqxtoken", *noise])[:2000])
     assert got["filters"]["word_weights"] == "fallback"
     assert [r["id"] for r in got["results"]] == ["d_ident"]
-    assert got["filters"]["words"][0] == "zqxtoken"  # held: it leads; the unheld go last
-    async with engine.connect() as conn:
-        reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}")
-        assert reader is not None
-        assert await search_repo.unheld_words(
-            conn, reader_params=reader.params(), words=["zqxtoken", *noise]
-        ) == set(noise)
-        sql = search_repo.UNHELD_WORDS_SQL.text
-        plan = (
-            await conn.execute(
-                text("EXPLAIN (FORMAT JSON) " + sql),
-                {**reader.params(), "words": ["zqxtoken", *noise]},
-            )
-        ).scalar_one()
-
-    def outer(node: dict) -> list[str]:  # the node types outside any subquery's own plan
-        kids = [k for k in node.get("Plans", []) if k.get("Parent Relationship") != "SubPlan"]
-        return [node["Node Type"], *(t for k in kids for t in outer(k))]
-
-    shape = outer(plan[0]["Plan"])
-    assert "Function Scan" in shape and not any("Join" in t or "Nested" in t for t in shape)
+    assert got["filters"]["words"][0] == "zqxtoken"
+    assert len(got["filters"]["words"]) == DEFAULTS.max_words
 
 
 async def test_filters_say_which_words_the_full_text_lane_used(engine, client):
@@ -1088,13 +1036,19 @@ def test_cover_order_lets_a_span_with_the_questions_other_words_into_next():
     topic = [span(f"topic{i}", w1=5.0 - i / 10, w2=5.0 - i / 10) for i in range(4)]  # 10 .. 9.7
     other = span("other", w3=6.0)  # BM25 6: last of five
     bm25 = [*topic, other]
-    assert [s.id for s in cover_order(bm25, 5)] == ["topic0", "other", "topic1", "topic2", "topic3"]
-    assert [s.id for s in cover_order(bm25, 2)] == ["topic0", "other"]
-    assert [s.id for s in cover_order(bm25, 5, covered=1.0)] == [s.id for s in bm25]
-    assert cover_order(bm25, 0) == bm25[:1] and cover_order([], 3) == []
+    assert [s.id for s in cover_order(bm25, 5, DEFAULTS.focus_covered)] == [
+        "topic0",
+        "other",
+        "topic1",
+        "topic2",
+        "topic3",
+    ]
+    assert [s.id for s in cover_order(bm25, 2, DEFAULTS.focus_covered)] == ["topic0", "other"]
+    assert [s.id for s in cover_order(bm25, 5, 1.0)] == [s.id for s in bm25]
+    assert cover_order(bm25, 0, 0.5) == bm25[:1] and cover_order([], 3, 0.5) == []
     # a span adding no new word still beats one adding less: gains, not word counts
     weak = span("weak", w3=1.0)
-    assert [s.id for s in cover_order([topic[0], topic[1], weak], 3)] == [
+    assert [s.id for s in cover_order([topic[0], topic[1], weak], 3, DEFAULTS.focus_covered)] == [
         "topic0",
         "topic1",
         "weak",
@@ -1123,37 +1077,42 @@ async def test_focus_next_names_the_span_holding_the_questions_other_words(engin
     holder = await _passage_holding(engine, org, "doc_wombat", "tussock")
     plain = await _bm25_spans(engine, f"user_ann_{sfx}", "doc_wombat", query)
     bm25 = [s.id for s in plain]
-    assert holder in bm25 and bm25.index(holder) >= policy.SEARCH_FOCUS_SPANS  # the setup
+    assert holder in bm25 and bm25.index(holder) >= DEFAULTS.focus_spans  # the setup
     assert focus["id"] == bm25[0] != holder
     assert focus["next"][0] == holder
-    assert len(focus["next"]) == policy.SEARCH_FOCUS_SPANS - 1
+    assert len(focus["next"]) == DEFAULTS.focus_spans - 1
 
 
-def test_format_characters_at_a_words_ends_are_not_part_of_it():
-    """A bidi control or zero-width character wrapping a query word (a trial: ``filters.words``
-    listed ``quorvex\\u202c``) is dropped from its ends; one alone is no word."""
-    assert tokens("\u202equorvex\u202c blimnar") == ["quorvex", "blimnar"]
-    assert tokens("\u200b\u2066 quorvex \u2069") == ["quorvex"]
-    assert tokens("quorvex \u202equorvex\u202c") == ["quorvex"]  # one word, not two
-    # fillers and variation selectors at a word's ends too (a trial: "type\ufe0f" was a word of
-    # its own that matched nothing)
-    assert tokens("type\ufe0f \u3164hints\u3164 type\u034f") == ["type", "hints"]
+async def test_format_characters_around_a_word_are_not_part_of_it(engine, client):
+    """A bidi control or zero-width character wrapping a query word is no part of it: the
+    database's parser, which split the indexed text, splits the query too (``filters.words``
+    lists ``quorvex`` and ``blimnar``, never ``quorvex\u202c``); one alone is no word."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    for query, words in (
+        ("\u202equorvex\u202c blimnar", ["quorvex", "blimnar"]),
+        ("\u200b\u2066 quorvex \u2069", ["quorvex"]),
+        ("quorvex \u202equorvex\u202c", ["quorvex"]),
+        ("type\ufe0f \u3164hints\u3164 type\u034f", ["type", "hints"]),
+    ):
+        r = await call(client, "POST", "/api/search", ann, json={"query": query})
+        assert r.status_code == 200, r.text
+        assert sorted(r.json()["filters"]["words"]) == sorted(words), repr(query)
 
 
-def test_query_words_are_sent_as_written_and_keyed_as_the_index_lower_cases_them():
-    """Split as ``wordfreq.tokenize`` splits, each word kept as first written (the database
-    lower-cases it as it lower-cased what it indexed), two spellings of one word once; the key
-    (``lowered``) lower-cases one character at a time as PostgreSQL does, never case-folds:
-    ``Straße`` stays ``straße``, ``İ`` is ``i``. Where the two agree the keys are wordfreq's."""
-    assert tokens("Straße ﬁnance İstanbul ΣΊΣΥΦΟΣ µs CPython cpython") == [
-        "Straße", "ﬁnance", "İstanbul", "ΣΊΣΥΦΟΣ", "µs", "CPython",
-    ]  # fmt: skip
-    assert [lowered(t) for t in tokens("Straße İstanbul ΣΊΣΥΦΟΣ")] == [
-        "straße", "istanbul", "σίσυφοσ",
-    ]  # fmt: skip
-    question = "Which table of pyproject.toml holds build-related data? Don't 'quote' it."
-    expected = list(dict.fromkeys(wordfreq.tokenize(question, "en")))
-    assert [lowered(t) for t in tokens(question)] == expected
+async def test_query_words_are_split_and_stemmed_as_the_index_was(engine, client):
+    """One definition of a word: the database's parser and ``english`` dictionaries split and
+    stem the query as they built every ``search_tsv`` (a file name stays one word, a compound
+    counts through its parts, stop words have none, two spellings of one lexeme are one word);
+    ``filters.words`` echoes each word as written, lower-cased."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    question = "Which table of pyproject.toml holds build-related data? Don't 'quote' it. TABLE"
+    r = await call(client, "POST", "/api/search", ann, json={"query": question})
+    assert r.status_code == 200, r.text
+    assert sorted(r.json()["filters"]["words"]) == sorted(
+        ["table", "pyproject.toml", "holds", "build", "related", "data", "quote"]
+    )
 
 
 async def test_a_word_wordfreq_would_case_fold_finds_the_memory_holding_it(engine, client):
@@ -1231,38 +1190,37 @@ async def test_in_a_database_that_does_not_lower_case_unicode_a_word_is_found_as
         await admin_sql(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_asked_is_the_last_interrogative_clause():
-    """``asked``: the words after the question's last interrogative word; none for a keyword
-    query."""
-    q = "The proposal was withdrawn; what replaced it, and which comment line opens its block?"
-    assert asked(q) == {"comment", "line", "opens", "its", "block"}
-    assert asked("How do context variables work?") == {"do", "context", "variables", "work"}
-    assert asked("wheel archive format") == set()
-    assert asked("what") == set()
-    # a contraction is an interrogative too (a trial: "what's" left the whole ask out)
-    assert asked("The manylinux2014 tag was replaced; what's the new pattern?") == {
-        "the",
-        "new",
-        "pattern",
-    }
-    for apostrophe in "\u2018\u02bc":  # other apostrophes a keyboard or a phone writes
-        assert asked(f"The tag was replaced; what{apostrophe}s the new pattern?") == {
+def test_the_ask_is_the_last_interrogative_clause():
+    """The ask: the words after the query's last interrogative word (contractions too) that has
+    a word after it; none for a keyword query; a trailing "..., or what?" does not end it."""
+
+    def asked(tokens: list[str]) -> list[str]:
+        return [tokens[i] for i in sorted(ask_positions(tokens))]
+
+    q = "The proposal was withdrawn what replaced it and which comment line opens its block"
+    assert asked(q.split()) == ["comment", "line", "opens", "its", "block"]
+    assert asked(["How", "do", "context", "variables", "work"]) == [
+        "do",
+        "context",
+        "variables",
+        "work",
+    ]
+    assert asked(["wheel", "archive", "format"]) == []
+    assert asked(["what"]) == []
+    for contraction in ("what's", "what\u2019s", "what\u02bcs"):
+        assert asked(["tag", "replaced", contraction, "the", "new", "pattern"]) == [
             "the",
             "new",
             "pattern",
-        }
-    assert asked("Who\u2019s the delegate for packaging PEPs?") == {
-        "the", "delegate", "for", "packaging", "peps",
-    }  # fmt: skip
-    # a trailing interrogative ("..., or what?") does not end the ask
-    assert asked("Which layer keeps cold pages, or what?") == {
+        ]
+    assert asked(["Which", "layer", "keeps", "cold", "pages", "or", "what"]) == [
         "layer",
         "keeps",
         "cold",
         "pages",
         "or",
         "what",
-    }
+    ]
 
 
 def test_cover_order_weighs_the_asked_words_more():
@@ -1277,12 +1235,16 @@ def test_cover_order_weighs_the_asked_words_more():
     topic = [span(f"topic{i}", w1=5.0 - i / 10, w2=5.0 - i / 10) for i in range(3)]
     lead, ask = span("lead", w3=6.0), span("ask", w4=4.0)  # w4 is a word of the ask
     spans = [*topic, lead, ask]
-    assert [s.id for s in cover_order(spans, 3)] == ["topic0", "lead", "topic1"]
-    weighed = cover_order(spans, 3, asked={4: policy.SEARCH_FOCUS_ASKED})
+    assert [s.id for s in cover_order(spans, 3, DEFAULTS.focus_covered)] == [
+        "topic0",
+        "lead",
+        "topic1",
+    ]
+    weighed = cover_order(spans, 3, DEFAULTS.focus_covered, asked={4: DEFAULTS.focus_asked})
     assert [s.id for s in weighed] == ["topic0", "ask", "lead"]
-    every = {w: policy.SEARCH_FOCUS_ASKED for w in (1, 2, 3, 4)}
-    assert [s.id for s in cover_order(spans, 5, asked=every)] == [
-        s.id for s in cover_order(spans, 5)
+    every = {w: DEFAULTS.focus_asked for w in (1, 2, 3, 4)}
+    assert [s.id for s in cover_order(spans, 5, DEFAULTS.focus_covered, asked=every)] == [
+        s.id for s in cover_order(spans, 5, DEFAULTS.focus_covered)
     ]
 
 
@@ -1307,7 +1269,7 @@ async def test_focus_next_puts_the_span_answering_the_ask_first(engine, client):
     diet_span = await _passage_holding(engine, org, "doc_wombat", "tussock")
     habits_span = await _passage_holding(engine, org, "doc_wombat", "nocturnal")
     plain = await _bm25_spans(engine, f"user_ann_{sfx}", "doc_wombat", query)
-    unweighed = [s.id for s in cover_order(plain, policy.SEARCH_FOCUS_SPANS)]
+    unweighed = [s.id for s in cover_order(plain, DEFAULTS.focus_spans, DEFAULTS.focus_covered)]
     focus = hit["metadata"]["focus"]
     assert focus["id"] == unweighed[0] not in (diet_span, habits_span)  # the setup: a topic span
     assert unweighed.index(habits_span) < unweighed.index(diet_span)  # the setup

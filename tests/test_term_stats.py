@@ -19,7 +19,7 @@ import secrets
 from sqlalchemy import text
 
 from app.domain import terms
-from app.domain.search import weigh
+from app.domain.search import SearchSettings, build_query
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
 from tests.builders import (
@@ -72,10 +72,12 @@ async def _search(client, key: str, **body) -> dict:
 
 
 async def _weights(engine, key: str, query: str):
+    """(the query's (word, weight) pairs, its BM25 constants), as search weighs them."""
     async with engine.connect() as conn:
         reader = await reader_by_key(conn, key=key)
         assert reader is not None
-        return await weigh(conn, reader, query)
+        q = await build_query(conn, reader, query, SearchSettings())
+        return q.weighted, q.scoring
 
 
 async def test_the_refresh_counts_each_audience_never_a_private_memory(engine):
@@ -177,9 +179,10 @@ async def test_a_write_to_a_counted_row_retires_its_audience_until_a_refresh(eng
     await patch(ann, "n1", content="A new body for n1.")  # p1's counts are stale now
     assert await _fresh(engine, t.org) == {**every, "p1": False}
     ann_words, ann_scoring = await _weights(engine, ann, "body")
-    assert ann_words == terms.words("body") and ann_scoring.avg_length == 100.0  # fallback
+    fallback = [("body", terms.weight("body"))]
+    assert ann_words == fallback and ann_scoring.avg_length == 100.0  # the fallback
     p2_words, _ = await _weights(engine, own_p2, "body")  # reads p2 only: still counted
-    assert p2_words != terms.words("body")
+    assert p2_words != fallback
     await refresh()
 
     await patch(ann, "n2", scope="private")  # it leaves p1's audience
@@ -407,16 +410,13 @@ async def test_a_write_never_queues_behind_a_refresh_waiting_for_a_long_write(en
 
 
 async def test_a_word_no_counted_document_holds_does_not_empty_the_query(engine, client):
-    # A new-user trial (2026-11-30): with counts, a misspelt or unknown word weighs the most
-    # (df 0), so the scan for the rarest word looked for it alone and found nothing: "Langa
-    # xyzzyq" returned no result though "Langa" returns five. Such a word now goes last: the
-    # query finds what its other words find, and the unknown word still weighs in every score.
+    # With counts, a misspelt or unknown word weighs the most (df 0) and finds nothing; every
+    # word being a way in, the query finds what its other words find.
     sfx, org = secrets.token_hex(3), "org_st_unheld_" + secrets.token_hex(4)
     await import_dicts(engine, _world(org, sfx, stuffed=False))
     await term_stats.refresh_orgs(engine, [org])
     key = await make_key(engine, f"user_ann_{sfx}")
     words, _ = await _weights(engine, key, "reefs xyzzyq")  # "reefs": in one body, no name
-    assert [w for w, _ in words] == ["reefs", "xyzzyq"]  # the unheld word last, though heavier
     assert dict(words)["xyzzyq"] > dict(words)["reefs"]
     alone = await _search(client, key, query="reefs")
     typo = await _search(client, key, query="reefs xyzzyq")

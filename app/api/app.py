@@ -26,7 +26,7 @@ from app.api.limits import ADMIN_PREFIX, BodyLimit, HeadAsGet, HiddenAdmin
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
-from app.domain import community_refresher, refresher
+from app.domain import community_refresher, embeddings, refresher
 from app.domain.directory import HIDDEN
 from app.domain.session import admin_for_key, map_fault, require_key
 from app.mcp.http import mount_mcp
@@ -59,6 +59,14 @@ def create_app(
                 # the search word statistics recounted when out of date (app/domain/refresher.py)
                 await stack.enter_async_context(
                     refresher.lifespan(app.state.engine, s.stats_refresh_s)
+                )
+                # vectors of the semantic lane, when it is on (app/domain/embeddings.py)
+                await stack.enter_async_context(
+                    embeddings.lifespan(
+                        app.state.engine,
+                        s.embed_interval_s if s.search_semantic else 0,
+                        s.embedder,
+                    )
                 )
                 # communities retired by writes rebuilt (app/domain/community_refresher.py)
                 await stack.enter_async_context(

@@ -6,15 +6,23 @@ Every variable is optional; the defaults run the service on a fresh machine:
   ``SIBYL_DATA_DIR/pg`` is started and used (contract §11).
 - ``SIBYL_DATA_DIR``: the project's data folder (default ``<project>/.data``).
 - ``SIBYL_PEPS_DIR``: the PEP corpus (default ``<project>/../shared/data/peps``).
+- ``SIBYL_LOCOMO_DIR``: the LoCoMo conversations the evaluation reads (default
+  ``<project>/../shared/data/locomo``).
 - ``SIBYL_WALK_HOP_CAP``: rows one node may enter per hop arm, strongest hops first (default:
   sized from the request, ``limit + 1 + seeds``), §5 bounded work.
 - ``SIBYL_WALK_LEVEL_CAP``: nodes a walk level before the last may keep, best weight first
   (default: ``4 × (limit + 1)``), §5 bounded work.
 - ``SIBYL_WALK_HUB_DEGREE``: a node with more edges one way than this is read one relationship
   at a time, strongest first, instead of whole (default 64; docs/walk-plans.md).
-- ``SIBYL_SEARCH_CANDIDATE_CAP``: candidates each search lane ranks, and readable matches kept
-  per query word and table (default 200), §8
-  bounded cost (see :mod:`app.domain.search`).
+- ``SIBYL_SEARCH_CANDIDATE_CAP``: candidates the full-text lane scores and the exact lane ranks
+  (default 200; :mod:`app.domain.search.settings`).
+- ``SIBYL_SEARCH_SEMANTIC``: ``true`` turns search's semantic lane on (default off; it runs only
+  with the ``semantic`` extra installed and pgvector on the server: docs/search.md).
+- ``SIBYL_EMBEDDER``: the semantic lane's model: ``minilm`` (default; the ``semantic`` extra) or
+  ``hashing`` (a bag of hashed words: for tests and benchmarks only).
+- ``SIBYL_EMBED_INTERVAL_S``: how often (seconds) a serving process looks for memories whose
+  vectors are missing or stale and embeds them (default 10; 0: never, then only ``sibyl-pg
+  embed`` does); it runs only where the semantic lane can (extra installed, pgvector).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
@@ -108,10 +116,14 @@ class Settings(BaseSettings):
     database_url: str | None = Field(default=None, validation_alias="DATABASE_URL")
     data_dir: Path = PROJECT_ROOT / ".data"
     peps_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "peps"
+    locomo_dir: Path = PROJECT_ROOT.parent / "shared" / "data" / "locomo"
     walk_hop_cap: int | None = Field(default=None, ge=1, le=100_000)
     walk_level_cap: int | None = Field(default=None, ge=1, le=1_000_000)
     walk_hub_degree: int = Field(default=64, ge=0, le=100_000)
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
+    search_semantic: bool = False
+    embedder: str = "minilm"
+    embed_interval_s: float = Field(default=10.0, ge=0, le=86_400, allow_inf_nan=False)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)

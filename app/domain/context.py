@@ -2,12 +2,10 @@
 
 How a pack is composed:
 
-1. **Candidates.** The statement of :mod:`app.domain.search` runs twice, fused into three lanes
-   by reciprocal rank fusion (k = 60): ``all_words`` (the goal as web-search text: a memory
-   holding every word), ``any_word`` (the goal's words joined by ``or``: a goal is prose, and a
-   memory need not hold every word of it) and ``exact`` (the goal as an id or the start of a
-   name). Same read rule, same lifecycle default (active and superseded, retired never), same
-   bounded cost; no folding (the pack handles a memory's spans itself). When a lane hit its cap,
+1. **Candidates.** Search's pipeline, asked once (:func:`app.domain.search.candidates`: the
+   goal's words, the full-text, exact and semantic lanes, fused by reciprocal rank fusion), with
+   the same read rule, lifecycle default (active and superseded, retired never) and bounded
+   cost; no folding (the pack handles a memory's spans itself). When a bound cut candidates,
    the notes are ranked again on their own, so the note lane never misses a note because other
    types filled the cap. Each item's ``reason`` gives its lane ranks.
 2. **Selection** (:func:`select`), at most ``limit`` items, at most
@@ -42,10 +40,9 @@ How a pack is composed:
 7. **Markdown** (:func:`render_markdown`): the text of the items, within ``markdown_token_budget``
    × 4 characters and what the sections leave of the response bound. Each text is the part
    that matches the goal (issue 12: a pack that holds the answer): a passage's text, and for a
-   memory the text of its best-matching spans by search's BM25 over **all** its spans (the
-   statement of search's ``metadata.focus``, the any-word lane's words and weights) that are
-   not items of the pack themselves, the best two (a memory never cut: its body), named in the
-   Markdown;
+   memory the text of its best-matching spans by search's BM25 (the statement of search's
+   ``metadata.focus``, the goal's words and weights) that are not items of the pack
+   themselves, the best two (a memory never cut: its body), named in the Markdown;
    each cut to its share as the query-focused excerpt (:func:`app.domain.excerpt.excerpt`),
    lines kept (code stays code). Shares fall with rank: the item ranked r-th gets 1/r of the
    best one's (a text shorter than its share leaves the rest to the others). Measured on the
@@ -81,15 +78,19 @@ from app.domain.schemas import (
 )
 from app.domain.search import (
     EXACT,
+    FULLTEXT,
+    SEMANTIC,
+    Filters,
+    Query,
     Ranked,
-    find_candidates,
-    fuse,
+    SearchSettings,
+    candidates,
     fused_order,
     hit_fields,
     normalize_query,
-    score_spans,
-    weigh_all,
+    search_settings,
 )
+from app.domain.search.rerank import best_spans
 from app.domain.validation import normalize_project
 from app.repo import related as related_repo
 from app.repo import search as search_repo
@@ -106,29 +107,15 @@ DONE_STATUSES = frozenset(
     {"done", "complete", "completed", "closed", "resolved", "cancelled", "canceled", "wontfix"}
 )
 NOTE_TYPE = "note"
-ALL_WORDS = "all_words"
-ANY_WORD = "any_word"
 # Related memories of a memory item: every relationship of §4 but the span links (a memory's own
 # spans are one `fetch_slice` away, and would crowd out its real neighbors).
 MEMORY_RELATED_RELATIONSHIPS = sorted(set(policy.RELATIONSHIPS) - {"PART_OF", "DERIVED_FROM"})
-_WORD = re.compile(r"\w+")
 _GOAL_TITLE_CHARS = 200
 _NAME_CHARS = 160
 _RELATED_NAME_CHARS = 80
 _MIN_PREVIEW_CHARS = 24
 _MIN_TEXT_CHARS = 80  # the least text (a line) an item of the pack gets room for in Markdown
 _MARKDOWN_FRAME_CHARS = 200  # the Markdown's title, facet headings and closing line, about
-
-
-def goal_words(goal: str) -> str:
-    """The goal's words joined by ``or`` for ``websearch_to_tsquery`` (each word once; the word
-    ``or`` itself, an operator there, is dropped). A goal without any word is sent as is."""
-    seen: dict[str, str] = {}
-    for word in _WORD.findall(goal):
-        key = word.casefold()
-        if key != "or" and key not in seen:
-            seen[key] = word
-    return " or ".join(seen.values()) if seen else goal
 
 
 def facet_of(memory_type: str, lifecycle: str, metadata: dict[str, Any]) -> str:
@@ -223,7 +210,7 @@ def _reason(pick: Pick, covered: set[str], parent_id: str | None) -> str:
         parts.append(f"reserved note lane ({policy.NOTE_LANE} slots)")
     ranks = [
         f"{label} #{lanes[lane]}"
-        for lane, label in ((ALL_WORDS, "all words"), (ANY_WORD, "any word"), (EXACT, "id/name"))
+        for lane, label in ((FULLTEXT, "words"), (EXACT, "id/name"), (SEMANTIC, "meaning"))
         if lane in lanes
     ]
     if ranks:
@@ -559,8 +546,8 @@ async def _focus_texts(
     *,
     picks: list[str],
     hits: Mapping[str, search_repo.Hit],
-    weighted: list[tuple[str, float]],
-    scoring: search_repo.Scoring,
+    query: Query,
+    settings: SearchSettings,
 ) -> dict[str, _FocusText]:
     """For each memory item of the pack that holds a goal word: the text of its
     :data:`~app.domain.policy.CONTEXT_MEMORY_SPANS` best-matching spans (search's
@@ -569,15 +556,16 @@ async def _focus_texts(
     :data:`~app.domain.policy.CONTEXT_TEXT_CHARS`; a memory never cut: its own body. By memory
     id."""
     memories = [i for i in picks if i in hits and hits[i].parent_id is None]
+    weighted = query.weighted
     if not memories or not weighted:
         return {}
     in_pack = set(picks)
-    best = await score_spans(
+    best = await best_spans(
         conn,
         reader,
         memories,
-        weighted,
-        scoring,
+        query,
+        settings,
         per_memory=policy.CONTEXT_PER_MEMORY + policy.CONTEXT_MEMORY_SPANS,
     )
     chosen: dict[str, list[search_repo.Span]] = {}
@@ -667,47 +655,16 @@ def fit(placed: list[_Placed], *, base_chars: int, max_chars: int) -> tuple[list
     return kept, emptied
 
 
-async def _ranked(
-    conn: AsyncConnection,
-    reader: Reader,
-    *,
-    goal: str,
-    types: list[str] | None,
-    lifecycles: list[str],
-    project: str | None,
-    cap: int,
-) -> tuple[list[Ranked], bool, tuple[list[tuple[str, float]], search_repo.Scoring]]:
-    """The goal's candidates in three lanes (all its words, any of its words, exact), fused;
-    and the any-word lane's weighed words (what a memory's best span is chosen by)."""
-    runs = []
-    capped = False
-    lanes = ((ALL_WORDS, goal), (ANY_WORD, goal_words(goal)))
-    weights = await weigh_all(conn, reader, [words for _, words in lanes])  # one look-up
-    for (lane, words), weighted in zip(lanes, weights, strict=True):
-        found, was_capped = await find_candidates(
-            conn,
-            reader,
-            query=goal,
-            words=words,
-            weighted=weighted,
-            types=types,
-            lifecycles=lifecycles,
-            project=project,
-            cap=cap,
-        )
-        runs.append((lane, found))
-        capped = capped or was_capped
-    return fuse(runs), capped, weights[1]
-
-
 async def context_pack(
     conn: AsyncConnection,
     reader: Reader,
     request: ContextRequest,
     *,
     settings: Settings | None = None,
+    pipeline: SearchSettings | None = None,
 ) -> ContextResponse:
-    """Compose the pack of ``request.goal`` as ``reader`` may see it (see the module docstring).
+    """Compose the pack of ``request.goal`` as ``reader`` may see it (see the module docstring);
+    ``pipeline``: search's settings for its candidates (default: the service's).
 
     Bounds are clamped and echoed: limit 1..50 (default 12), related_limit 0..5 (default 3),
     markdown_token_budget 100..32000 (default 4000; ``markdown`` holds at most 4 characters per
@@ -724,19 +681,25 @@ async def context_pack(
     budget = policy.MARKDOWN_TOKENS.clamp(request.markdown_token_budget)
     max_chars = int(budget * policy.CHARS_PER_TOKEN * policy.CONTEXT_RESPONSE_FACTOR)
     lifecycles = list(policy.SEARCH_LIFECYCLES)
-    cap = s.search_candidate_cap
+    ss = pipeline or search_settings(s)
+    cap = ss.candidate_cap
 
-    async def rank(
-        types: list[str] | None,
-    ) -> tuple[list[Ranked], bool, tuple[list[tuple[str, float]], search_repo.Scoring]]:
-        return await _ranked(
-            conn, reader, goal=goal, types=types, lifecycles=lifecycles, project=project, cap=cap
-        )
-
-    ranked, capped, (weighted, scoring) = await rank(None)
+    found = await candidates(
+        conn, reader, goal, Filters(types=None, lifecycles=lifecycles, project=project), ss
+    )
+    ranked, capped, query = found.ranked, found.capped, found.query
+    weighted = query.weighted
     notes: list[Ranked] | None = None
     if capped:  # the cap may have cut notes out: rank the notes on their own for the lane
-        notes, _, _ = await rank([NOTE_TYPE])
+        notes = (
+            await candidates(
+                conn,
+                reader,
+                goal,
+                Filters(types=[NOTE_TYPE], lifecycles=lifecycles, project=project),
+                ss,
+            )
+        ).ranked
 
     hits: dict[str, search_repo.Hit] = {}
     left_out: set[str] = set()
@@ -772,8 +735,8 @@ async def context_pack(
         reader,
         picks=[p.ranked.id for p in picks],
         hits=hits,
-        weighted=weighted,
-        scoring=scoring,
+        query=query,
+        settings=ss,
     )
     placed: list[_Placed] = []
     texts: dict[str, str] = {}

@@ -38,12 +38,15 @@ HIDDEN = ADMIN_HIDDEN
 # so a verb's texts differ only by which of its fixed statements ran:
 # expand: sibyl:expand_neighbors.seeds, sibyl:expand_neighbors (skipped when no seed resolves);
 # slice: sibyl:fetch_slice.target, sibyl:fetch_slice.window (skipped for a 404 or an uncut memory);
-# search: sibyl:search.weights (the reader's word statistics, issue 12; skipped for a query with
-# no word), sibyl:search.unheld_words (only with the fallback weights and a word the English
-# table does not know), sibyl:search.candidates, sibyl:search.focus (the best memories' spans;
-# skipped when nothing matched), sibyl:search.promote (the best result's strongest typed
-# neighbour; skipped when nothing matched), sibyl:search.hits (skipped for an empty page).
-STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 6}
+# search (app/domain/search/pipeline.py): sibyl:search.words (the query's words and the reader's
+# statistics), sibyl:search.fulltext and sibyl:search.exact (the lexical lanes),
+# sibyl:search.spans (best spans: re-ranking and focus; skipped when nothing matched),
+# sibyl:search.promote (skipped when nothing matched), sibyl:search.hits (skipped for an empty
+# page); with the semantic lane on: sibyl:semantic.available, sibyl:search.semantic_coverage,
+# sibyl:search.semantic or sibyl:search.semantic_ef with sibyl:search.semantic_index.
+STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 11}
+SEARCH_LEXICAL_SHAPES = 6
+"""Of search's shapes, those it sends with the semantic lane off (the default)."""
 
 
 @dataclass(frozen=True)

@@ -54,21 +54,6 @@ SLICE_CHARS = Bound(0, 50_000, 18_000)
 # search and context (contract §8, issue 4)
 SEARCH_LIMIT = Bound(1, 50, 10)
 SEARCH_OFFSET = Bound(0, 10_000, 0)
-RRF_K = 60
-SEARCH_BREADCRUMB_WORDS = 3  # the rarest words that find candidates in passage breadcrumbs
-SEARCH_BODY_WORDS = 1  # the rarest words that find candidates anywhere (every word scores;
-# every word finds candidates in memory names)
-SEARCH_FOCUS_SPANS = 5  # a result's best-matching spans named in metadata.focus (id + next)
-SEARCH_FOCUS_COVERED = 0.5  # in focus.next's coverage order, a query word's share of a span's
-# score counts this much less each time a span already chosen holds it (app.domain.search.
-# cover_order; 1 would be plain BM25 order, 0 counts only words no chosen span holds)
-SEARCH_FOCUS_ASKED = 2.0  # in that coverage order, a word of the question's last interrogative
-# clause (app.domain.terms.asked: "..., and what return annotation does it use?") counts this
-# many times its share: the question's lead-in describes the memory, its ask the detail wanted
-SEARCH_RERANK = 40  # the best memories of the scans whose every span is scored, re-ranked by the
-# best (a fixed count, never from limit or offset, so pages stay one total order)
-SEARCH_PROMOTE_MIN_WEIGHT = 0.90  # the best result's strongest neighbour over a stored
-# relationship at least this strong (§4) is listed right after it (app.domain.search.promote)
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
 CONTEXT_LIMIT = Bound(1, 50, 12)  # 24 before issue 12: 24 items left ~300 characters of text each

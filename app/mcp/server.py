@@ -53,6 +53,7 @@ from app.domain.schemas import (
     SliceRequest,
     SliceResponse,
 )
+from app.domain.search import SearchSettings
 from app.domain.search import search as search_verb
 from app.domain.session import run_read
 from app.domain.slice import fetch_slice as slice_verb
@@ -151,7 +152,8 @@ Bounds are clamped, never rejected, and the applied values come back in `limit`,
 are never returned. `types` and `project` narrow the search.
 
 Reading the result: results are best first (full-text rank fused with id/name matches by \
-reciprocal rank fusion, k = {policy.RRF_K}); one result per memory, its other hits listed in \
+reciprocal rank fusion, k = {SearchSettings().rrf_k}); one result per memory, its other hits \
+listed in \
 `metadata.collapsed`. A result with `widen_with: "fetch_slice"` is a passage of \
 `parent_entity_id`: call `fetch_slice` on it to read around it, and cite the parent. \
 `metadata.focus` names where in a memory the query's words are: its best-matching span (`id`, \

@@ -1,0 +1,35 @@
+"""``search``: find a starting set by words, id, name or meaning (contract §8).
+
+One retrieval pipeline (:mod:`app.domain.search.pipeline`: query → lanes → fuse → fold →
+rerank → promote → page), every number of it in one settings object
+(:class:`~app.domain.search.settings.SearchSettings`). ``docs/search.md`` shows it on one page.
+"""
+
+from app.domain.schemas import SearchRequest
+from app.domain.search.fuse import EXACT, FULLTEXT, SEMANTIC, Ranked, fold, fuse, fused_order
+from app.domain.search.lanes import Filters
+from app.domain.search.pipeline import Candidates, candidates, hit_fields, search
+from app.domain.search.query import Query, build_query, normalize_lifecycles, normalize_query
+from app.domain.search.settings import SearchSettings, search_settings
+
+__all__ = [
+    "EXACT",
+    "FULLTEXT",
+    "SEMANTIC",
+    "Candidates",
+    "Filters",
+    "Query",
+    "Ranked",
+    "SearchRequest",
+    "SearchSettings",
+    "build_query",
+    "candidates",
+    "fold",
+    "fuse",
+    "fused_order",
+    "hit_fields",
+    "normalize_lifecycles",
+    "normalize_query",
+    "search",
+    "search_settings",
+]

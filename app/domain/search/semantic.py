@@ -1,0 +1,110 @@
+"""The semantic lane: documents whose meaning is nearest the query's (opt-in).
+
+Vectors come from an offline model (:mod:`app.core.embedder`), one per chunk of a search
+document (:mod:`app.domain.chunks`), written by the embedding worker after writes and imports
+(:mod:`app.domain.embeddings`), never inside a read or a write. The lane (one
+``sibyl:search.semantic`` statement, and ``sibyl:search.semantic_coverage`` at most every
+:data:`COVERAGE_TTL_S` seconds per reader):
+
+- runs only when :attr:`SearchSettings.semantic` is on, the model can run here and the database
+  holds the lane's tables (pgvector); otherwise search is lexical and ``filters.lanes.semantic``
+  says why;
+- compares the query's vector with every readable chunk vector (exact under the read rule) when
+  the reader's readable documents number at most :attr:`SearchSettings.semantic_exact_limit`;
+  above it, the HNSW index's nearest first, exactly again when they hold fewer than
+  ``semantic_k`` readable documents;
+- returns the ``semantic_k`` nearest documents as ranks; reports the share of the reader's
+  memories whose vectors are current (``coverage``) and the path taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core import embedder as models
+from app.domain.reader import Reader
+from app.domain.search.fuse import LaneHit
+from app.domain.search.query import Query
+from app.domain.search.settings import SearchSettings
+from app.repo.search import semantic as semantic_repo
+
+if TYPE_CHECKING:
+    from app.domain.search.lanes import Filters
+
+COVERAGE_TTL_S = 30.0
+_coverage: dict[tuple[object, ...], tuple[float, tuple[int, int]]] = {}
+_tables: dict[str, bool] = {}
+
+
+async def _tables_present(conn: AsyncConnection) -> bool:
+    """Whether the database holds the lane's tables, asked once per database and process while
+    they are there (a database without them is asked again at every search)."""
+    key = conn.engine.url.render_as_string(hide_password=True)
+    if not _tables.get(key):
+        _tables[key] = await semantic_repo.tables_present(conn)
+    return _tables[key]
+
+
+async def _coverage_of(conn: AsyncConnection, reader: Reader, model: str) -> tuple[int, int]:
+    key = (reader.org_id, reader.user_id, reader.readable_projects, reader.restricted, model)
+    now = time.monotonic()
+    hit = _coverage.get(key)
+    if hit is not None and now - hit[0] < COVERAGE_TTL_S:
+        return hit[1]
+    found = await semantic_repo.coverage(conn, reader_params=reader.params(), model=model)
+    if len(_coverage) > 4096:
+        _coverage.clear()
+    _coverage[key] = (now, found)
+    return found
+
+
+async def lane(
+    conn: AsyncConnection,
+    reader: Reader,
+    query: Query,
+    filters: Filters,
+    settings: SearchSettings,
+    *,
+    readable_documents: int | None = None,
+) -> tuple[list[LaneHit] | None, dict[str, Any]]:
+    """The lane's hits (None: it did not run) and its report for ``filters.lanes.semantic``.
+    ``readable_documents``: the reader's readable documents by its counts (None: unknown, the
+    exact path)."""
+    if not settings.semantic:
+        return None, {"ran": False, "reason": "off"}
+    reason = models.available(settings.embedder)
+    if reason is not None:
+        return None, {"ran": False, "reason": reason}
+    if not await _tables_present(conn):
+        return None, {"ran": False, "reason": "the database server has no pgvector"}
+    model = models.embedder(settings.embedder)
+    vector = (await asyncio.to_thread(model.encode, [query.text]))[0]
+    memories, embedded = await _coverage_of(conn, reader, model.name)
+    indexed = readable_documents is not None and readable_documents > settings.semantic_exact_limit
+    ask = {
+        "reader_params": reader.params(),
+        "vector": vector,
+        "k": settings.semantic_k,
+        "types": filters.types,
+        "lifecycles": filters.lifecycles,
+        "project": filters.project,
+    }
+    near = await semantic_repo.nearest(conn, **ask, ef=settings.semantic_ef if indexed else None)  # type: ignore[arg-type]
+    path = "index" if indexed else "exact"
+    if indexed and len(near) < settings.semantic_k:
+        near = await semantic_repo.nearest(conn, **ask)  # type: ignore[arg-type]
+        path = "exact"
+    hits = [
+        LaneHit(n.doc_id, None if n.doc_id == n.memory_id else n.memory_id, n.type, rank)
+        for rank, n in enumerate(near, start=1)
+    ]
+    return hits, {
+        "ran": True,
+        "model": model.name,
+        "path": path,
+        "coverage": round(embedded / memories, 4) if memories else 1.0,
+    }

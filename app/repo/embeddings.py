@@ -1,0 +1,151 @@
+"""The embedding worker's statements: which memories need vectors, their texts, and storing the
+vectors (the semantic lane's tables: :mod:`app.repo.semantic_schema`).
+
+A memory is *due* when it is not retired and its ``embedding_state`` row is missing, names an
+older revision, or another model. Its documents are its current passages and its own document
+(its name; its body too when it was never cut). Vectors are stored per memory in one
+transaction: the memory's old vectors deleted, the new ones inserted only if the memory is still
+at the revision they were made from (an edit meanwhile leaves it due), its state row written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repo.search.semantic import vector_literal
+
+DUE_SQL = text(
+    """/* sibyl:embed.due */
+SELECT t.org_id, t.id, t.revision
+FROM entities t
+LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
+WHERE t.lifecycle <> 'retired'
+  AND (s.memory_id IS NULL OR s.revision <> t.revision OR s.model <> :model)
+ORDER BY t.org_id, t.id
+LIMIT :batch"""
+)
+
+DUE_COUNT_SQL = text(
+    """/* sibyl:embed.due_count */
+SELECT count(*) FILTER (WHERE s.memory_id IS NULL OR s.revision <> t.revision
+                               OR s.model <> :model) AS due,
+       count(*) AS memories
+FROM entities t
+LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
+WHERE t.lifecycle <> 'retired'"""
+)
+
+DOCUMENTS_SQL = text(
+    """/* sibyl:embed.documents */
+SELECT t.org_id, t.id AS memory_id, t.revision, t.id AS doc_id, t.name,
+       CASE WHEN t.passage_total = 0 THEN t.content ELSE '' END AS body, -1 AS passage_index
+FROM unnest(CAST(:orgs AS text[]), CAST(:ids AS text[])) AS m(org_id, id)
+JOIN entities t ON t.org_id = m.org_id AND t.id = m.id
+UNION ALL
+SELECT t.org_id, t.id, t.revision, p.id, NULL, p.content, p.passage_index
+FROM unnest(CAST(:orgs AS text[]), CAST(:ids AS text[])) AS m(org_id, id)
+JOIN entities t ON t.org_id = m.org_id AND t.id = m.id
+JOIN passages p ON p.org_id = t.org_id AND p.parent_id = t.id AND p.parent_revision = t.revision
+ORDER BY 1, 2, 7"""
+)
+
+CLEAR_SQL = text(
+    """/* sibyl:embed.clear */
+DELETE FROM embeddings WHERE org_id = :org_id AND memory_id = :memory_id"""
+)
+
+STORE_SQL = text(
+    """/* sibyl:embed.store */
+INSERT INTO embeddings (org_id, memory_id, revision, doc_id, chunk, embedding)
+SELECT t.org_id, t.id, t.revision, x.doc_id, x.chunk, CAST(x.vector AS vector)
+FROM entities t
+CROSS JOIN unnest(CAST(:doc_ids AS text[]), CAST(:chunks AS int[]), CAST(:vectors AS text[]))
+     AS x(doc_id, chunk, vector)
+WHERE t.org_id = :org_id AND t.id = :memory_id AND t.revision = :revision"""
+)
+
+STATE_SQL = text(
+    """/* sibyl:embed.state */
+INSERT INTO embedding_state (org_id, memory_id, revision, model, chunks, embedded_at)
+SELECT t.org_id, t.id, t.revision, :model, :count, now()
+FROM entities t
+WHERE t.org_id = :org_id AND t.id = :memory_id AND t.revision = :revision
+ON CONFLICT (org_id, memory_id) DO UPDATE
+SET revision = EXCLUDED.revision, model = EXCLUDED.model, chunks = EXCLUDED.chunks,
+    embedded_at = EXCLUDED.embedded_at"""
+)
+
+
+@dataclass(frozen=True)
+class Due:
+    """A memory whose vectors are missing or stale."""
+
+    org_id: str
+    memory_id: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class Document:
+    """One search document of a due memory: its memory's own (``name`` set) or a passage's."""
+
+    org_id: str
+    memory_id: str
+    revision: int
+    doc_id: str
+    name: str | None
+    body: str
+
+
+async def due(conn: AsyncConnection, *, model: str, batch: int) -> list[Due]:
+    """At most ``batch`` due memories (by org, then id)."""
+    rows = await conn.execute(DUE_SQL, {"model": model, "batch": batch})
+    return [Due(r.org_id, r.id, int(r.revision)) for r in rows]
+
+
+async def due_count(conn: AsyncConnection, *, model: str) -> tuple[int, int]:
+    """(due memories, memories not retired)."""
+    row = (await conn.execute(DUE_COUNT_SQL, {"model": model})).one()
+    return int(row.due), int(row.memories)
+
+
+async def documents(conn: AsyncConnection, memories: Sequence[Due]) -> list[Document]:
+    """The documents of ``memories`` at their current revision, memory by memory."""
+    if not memories:
+        return []
+    rows = await conn.execute(
+        DOCUMENTS_SQL,
+        {"orgs": [m.org_id for m in memories], "ids": [m.memory_id for m in memories]},
+    )
+    return [
+        Document(r.org_id, r.memory_id, int(r.revision), r.doc_id, r.name, r.body or "")
+        for r in rows
+    ]
+
+
+async def store(
+    conn: AsyncConnection,
+    *,
+    memory: Due,
+    model: str,
+    vectors: Sequence[tuple[str, int, list[float]]],
+) -> None:
+    """Replace ``memory``'s vectors with ``vectors`` (``(doc_id, chunk, vector)``) and record
+    its state, both only if it is still at ``memory.revision``; in the caller's transaction."""
+    p = {"org_id": memory.org_id, "memory_id": memory.memory_id, "revision": memory.revision}
+    await conn.execute(CLEAR_SQL, p)
+    if vectors:
+        await conn.execute(
+            STORE_SQL,
+            {
+                **p,
+                "doc_ids": [d for d, _, _ in vectors],
+                "chunks": [c for _, c, _ in vectors],
+                "vectors": [vector_literal(v) for _, _, v in vectors],
+            },
+        )
+    await conn.execute(STATE_SQL, {**p, "model": model, "count": len(vectors)})

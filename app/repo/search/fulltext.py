@@ -1,0 +1,292 @@
+"""``sibyl:search.fulltext``: the full-text lane (contract §8), every query word a way in.
+
+The statement, step by step (its CTEs):
+
+- ``words``: the query's words (bound arrays, in the domain's order) with their weights
+  (``idf``), each as a ``plainto_tsquery('english', word)`` and its lexemes, and ``list_lexeme``:
+  the word's scarcest lexeme when the word takes the impact lists (null: it takes the scan).
+- ``scanned``: a word without lists finds its readable matches through the GIN indexes of
+  ``entities.search_tsv`` and ``passages.search_tsv`` (every filter and the read rule in the arm,
+  a passage probing its parent), each arm stopping after ``:scan_limit + 1`` rows; each match
+  carries its term contribution (BM25's saturation of the word's frequency in it).
+- ``listed``: a word with lists takes, from the current impact lists of the reader's fresh
+  audiences (every document of an audience is one each of its readers may read), the
+  ``:word_cap`` entries of highest contribution (the request's type filter applied first);
+  ``private``: and its matches among the reader's own and granted private memories (and their
+  current passages), which no audience holds.
+- ``pool``: each candidate once, the ``:cap`` with the highest Σ idf × contribution over the
+  words that found it (then id): candidates holding more, rarer, more prominent query words,
+  never the most recent or the first met.
+- ``documents`` / ``lexeme_tf`` / ``word_tf`` / ``scored``: the pool's current vectors, their
+  memory rows passing every filter and the read rule again; BM25 over every query word.
+- ``fulltext``: ranks (score desc, then id).
+- ``flags``: whether a bound cut anything: a scan arm that reached its limit, a word whose lists
+  hold fewer documents than one of the reader's audiences has (``:truncated``), more candidates
+  than the pool keeps. Always one row, so an empty page says whether it was cut.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repo.readrule import readable
+from app.repo.search.common import (
+    BM25,
+    MEMORY_FILTER,
+    PARENT_OF_P,
+    PASSAGE_FILTER,
+    READER_AUDIENCES,
+    TERM_FREQUENCIES,
+    saturation,
+)
+
+# One word's frequency in the vector `{tsv}`: a name or breadcrumb occurrence counting
+# :field_boost, the scarcest of its lexemes (null: not all of them are there).
+_WORD_TF = """(SELECT CASE WHEN count(*) = cardinality(w.lexemes) THEN min(
+                     cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
+                       * cardinality(array_positions(u.weights, 'C'))) END
+             FROM unnest(ts_filter(
+                 setweight(ts_filter({tsv}, '{{a}}'), 'C', w.lexemes)
+                   || setweight(ts_filter({tsv}, '{{b}}'), 'D', w.lexemes),
+                 '{{c,d}}')) u)"""
+
+
+def _contribution(tsv: str) -> str:
+    return saturation(_WORD_TF.format(tsv=tsv), f"length({tsv})")
+
+
+FULLTEXT_SQL = text(
+    f"""/* sibyl:search.fulltext */
+WITH words AS (  -- the query's words, their weights, lexemes and path (lists or scan)
+    SELECT w.ord, w.idf, w.list_lexeme, plainto_tsquery('english', w.word) AS tsq,
+           tsvector_to_array(to_tsvector('english', w.word)) AS lexemes
+    FROM unnest(CAST(:words AS text[]), CAST(:idfs AS float8[]), CAST(:list_lexemes AS text[]))
+         WITH ORDINALITY AS w(word, idf, list_lexeme, ord)
+    WHERE numnode(plainto_tsquery('english', w.word)) > 0
+),
+scanned AS (  -- a word without lists: its readable matches, each arm up to :scan_limit + 1
+    SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.arm) AS n
+    FROM words w
+    CROSS JOIN LATERAL (
+        (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
+                {_contribution("t.search_tsv")} AS contribution
+         FROM entities t
+         WHERE w.list_lexeme IS NULL
+           AND t.org_id = :r_org AND t.search_tsv @@ w.tsq AND {MEMORY_FILTER}
+         LIMIT :scan_limit + 1)
+      UNION ALL
+        (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
+         FROM passages p {PARENT_OF_P}
+         WHERE w.list_lexeme IS NULL
+           AND p.org_id = :r_org AND p.search_tsv @@ w.tsq AND {PASSAGE_FILTER}
+         LIMIT :scan_limit + 1)
+    ) m
+),
+audiences AS (  -- the reader's fresh audiences and their current impact lists
+    SELECT s.audience, s.impacts_generation AS generation
+    FROM term_audiences s
+    WHERE s.org_id = :r_org AND s.audience = ANY({READER_AUDIENCES}) AND s.fresh
+      AND s.impacts_generation IS NOT NULL
+      AND (CAST(:project AS text) IS NULL OR s.audience = :project)
+),
+listed AS (  -- a word with lists: the :word_cap best entries of the reader's audiences' lists
+    SELECT w.ord, w.idf, l.*
+    FROM words w
+    CROSS JOIN LATERAL (
+        SELECT i.doc_id AS id,
+               CASE WHEN i.doc_id = i.memory_id THEN NULL ELSE i.memory_id END AS parent_id,
+               i.memory_type AS type, i.impact AS contribution
+        FROM audiences a
+        JOIN term_impacts i ON i.org_id = :r_org AND i.lexeme = w.list_lexeme
+                           AND i.audience = a.audience AND i.generation = a.generation
+        WHERE w.list_lexeme IS NOT NULL
+          AND (CAST(:types AS text[]) IS NULL OR i.memory_type = ANY(CAST(:types AS text[]))
+               OR (i.doc_id <> i.memory_id AND 'passage' = ANY(CAST(:types AS text[]))))
+        ORDER BY i.impact DESC, i.doc_id
+        LIMIT :word_cap
+    ) l
+),
+mine AS MATERIALIZED (  -- the reader's readable private memories (own, granted): no audience
+    SELECT t.*
+    FROM entities t
+    WHERE t.org_id = :r_org AND t.scope = 'private'
+      AND (t.owner_id = :r_user
+           OR t.id IN (SELECT g.entity_id FROM entity_grants g
+                       WHERE g.org_id = :r_org AND g.user_id = :r_user))
+      AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
+      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+      AND {readable("t")}
+),
+private AS (  -- a word with lists: its matches among them and their current passages
+    SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.arm) AS n
+    FROM words w
+    CROSS JOIN LATERAL (
+        (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
+                {_contribution("t.search_tsv")} AS contribution
+         FROM mine t
+         WHERE w.list_lexeme IS NOT NULL AND t.search_tsv @@ w.tsq
+           AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
+         LIMIT :scan_limit + 1)
+      UNION ALL
+        (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
+         FROM mine t
+         JOIN passages p ON p.org_id = t.org_id AND p.parent_id = t.id
+                        AND p.parent_revision = t.revision
+         WHERE w.list_lexeme IS NOT NULL AND p.search_tsv @@ w.tsq
+           AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[]))
+                OR 'passage' = ANY(CAST(:types AS text[])))
+         LIMIT :scan_limit + 1)
+    ) m
+),
+found AS (  -- every (word, document) a way in found, with the word's weighted contribution
+    SELECT s.ord, s.id, s.parent_id, s.type, s.idf * s.contribution AS gain
+    FROM scanned s WHERE s.contribution IS NOT NULL
+  UNION ALL
+    SELECT l.ord, l.id, l.parent_id, l.type, l.idf * l.contribution FROM listed l
+  UNION ALL
+    SELECT v.ord, v.id, v.parent_id, v.type, v.idf * v.contribution
+    FROM private v WHERE v.contribution IS NOT NULL
+),
+pool AS (  -- each candidate once: the :cap with the highest summed gain, then by id
+    SELECT c.id, c.parent_id, c.type
+    FROM (
+        SELECT f.id, min(f.parent_id) AS parent_id, min(f.type) AS type, sum(f.gain) AS gain
+        FROM (  -- a word counts once per document (its best way in)
+            SELECT f.ord, f.id, min(f.parent_id) AS parent_id, min(f.type) AS type,
+                   max(f.gain) AS gain
+            FROM found f
+            GROUP BY f.ord, f.id
+        ) f
+        GROUP BY f.id
+    ) c
+    ORDER BY c.gain DESC, c.id
+    LIMIT :cap
+),
+documents AS (  -- the pool's current vectors, each memory row passing every filter again
+    SELECT c.id, c.parent_id, c.type, t.search_tsv AS tsv
+    FROM pool c
+    JOIN entities t ON t.org_id = :r_org AND t.id = c.id
+    WHERE c.parent_id IS NULL AND {MEMORY_FILTER}
+  UNION ALL
+    SELECT c.id, c.parent_id, c.type, p.search_tsv
+    FROM pool c
+    JOIN passages p ON p.org_id = :r_org AND p.id = c.id
+    JOIN entities t ON t.org_id = :r_org AND t.id = p.parent_id
+    WHERE c.parent_id IS NOT NULL AND {PASSAGE_FILTER}
+),
+{TERM_FREQUENCIES}scored AS (  -- BM25 over every query word
+    SELECT c.id, c.parent_id, c.type, {BM25} AS text_rank
+    FROM documents c
+    JOIN word_tf x ON x.id = c.id
+    GROUP BY c.id, c.parent_id, c.type, length(c.tsv)
+),
+fulltext AS (
+    SELECT s.id, s.parent_id, s.type, s.text_rank,
+           row_number() OVER (ORDER BY s.text_rank DESC, s.id) AS lane_rank
+    FROM scored s
+),
+flags AS (  -- whether a bound cut anything (always one row: an empty page says it too)
+    SELECT coalesce((SELECT max(n) > :scan_limit FROM scanned), false)
+        OR coalesce((SELECT max(n) > :scan_limit FROM private), false)
+        OR CAST(:truncated AS boolean)
+        OR (SELECT count(DISTINCT f.id) > :cap FROM found f) AS capped
+)
+SELECT f.id, f.parent_id, f.type, f.text_rank, f.lane_rank, flags.capped
+FROM flags
+LEFT JOIN fulltext f ON true
+ORDER BY f.lane_rank"""
+)
+
+
+@dataclass(frozen=True)
+class TextHit:
+    """One candidate of the full-text lane: a memory or passage (``parent_id`` set), the
+    memory's type, its BM25 score (``text_rank`` > 0) and its rank in the lane (1 = best)."""
+
+    id: str
+    parent_id: str | None
+    type: str
+    text_rank: float
+    lane_rank: int
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The full-text lane's bounds: ``cap`` candidates scored, ``word_cap`` list entries a word
+    takes, ``scan_limit`` matches a scan arm reads (per word and table)."""
+
+    cap: int
+    word_cap: int
+    scan_limit: int
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """BM25's constants: ``k1`` term-frequency saturation, ``b`` length normalisation,
+    ``avg_length`` the length (distinct lexemes) at which a document is neither favoured nor
+    penalised, ``field_boost`` what one occurrence in a name or breadcrumb counts for."""
+
+    k1: float
+    b: float
+    avg_length: float
+    field_boost: float
+
+    def params(self) -> dict[str, float]:
+        """The bound parameters ``:k1``, ``:b``, ``:avg_length``, ``:field_boost``."""
+        return {
+            "k1": self.k1,
+            "b": self.b,
+            "avg_length": self.avg_length,
+            "field_boost": self.field_boost,
+        }
+
+
+async def fulltext(
+    conn: AsyncConnection,
+    *,
+    reader_params: dict[str, object],
+    words: list[str],
+    idfs: list[float],
+    list_lexemes: list[str | None],
+    truncated: bool,
+    types: list[str] | None,
+    lifecycles: list[str],
+    project: str | None,
+    bounds: Bounds,
+    scoring: Scoring,
+) -> tuple[list[TextHit], bool]:
+    """Run :data:`FULLTEXT_SQL`: the lane's candidates, best first, and whether a bound cut
+    anything. ``words`` (tokens as written), ``idfs`` and ``list_lexemes`` (a word's scarcest
+    lexeme when it takes the impact lists, else None) are parallel; ``truncated``: a word taking
+    lists has more documents in one of the reader's audiences than a list holds."""
+    if not words:
+        return [], False
+    rows = (
+        await conn.execute(
+            FULLTEXT_SQL,
+            {
+                **reader_params,
+                "words": words,
+                "idfs": idfs,
+                "list_lexemes": list_lexemes,
+                "truncated": truncated,
+                "types": types,
+                "lifecycles": lifecycles,
+                "project": project,
+                "cap": bounds.cap,
+                "word_cap": bounds.word_cap,
+                "scan_limit": bounds.scan_limit,
+                **scoring.params(),
+            },
+        )
+    ).all()
+    capped = bool(rows[0].capped) if rows else False
+    hits = [
+        TextHit(r.id, r.parent_id, r.type, float(r.text_rank), int(r.lane_rank))
+        for r in rows
+        if r.id is not None
+    ]
+    return hits, capped

@@ -1,0 +1,95 @@
+"""``sibyl:search.promote``: the strongest typed neighbour of one memory that the bound reader may
+read and that passes the request's filters (the pipeline lists it right after that memory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repo.readrule import readable
+
+# One arm per (relationship, direction, lifecycle), strongest first; each probes the edge index
+# for its first neighbour (by id) that passes every filter, the read rule included, so the LIMIT
+# counts only rows the reader may see and a hub costs one index range start per arm, not its
+# degree (a lifecycle is an arm of its own, so "active before superseded" needs no sort).
+_PROMOTE_ARM = """(
+            SELECT t.id, t.type
+            FROM edges e
+            JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
+            WHERE a.outgoing = {outgoing} AND e.org_id = :r_org AND e.{near} = :memory
+              AND e.relationship = a.relationship AND t.id <> :memory
+              AND NOT t.id = ANY(CAST(:skip AS text[]))
+              AND t.lifecycle = a.lifecycle
+              AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
+              AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+              AND {readable}
+            ORDER BY e.{far}
+            LIMIT 1
+        )"""
+
+PROMOTE_SQL = text(
+    f"""/* sibyl:search.promote */
+SELECT n.id, n.type, a.relationship, a.outgoing
+FROM unnest(CAST(:relationships AS text[]), CAST(:weights AS float8[]),
+            CAST(:outgoing AS boolean[]), CAST(:lifecycles AS text[]))
+     WITH ORDINALITY AS a(relationship, weight, outgoing, lifecycle, ord)
+CROSS JOIN LATERAL (
+    {_PROMOTE_ARM.format(far="dst_id", near="src_id", outgoing="true", readable=readable("t"))}
+    UNION ALL
+    {_PROMOTE_ARM.format(far="src_id", near="dst_id", outgoing="false", readable=readable("t"))}
+) n
+ORDER BY a.weight DESC, a.lifecycle = 'superseded', n.id, a.ord
+LIMIT 1"""
+)
+
+
+@dataclass(frozen=True)
+class Neighbor:
+    """The neighbour :func:`promoted` found: its id and type, and the hop from the memory."""
+
+    id: str
+    type: str
+    relationship: str
+    outgoing: bool
+
+
+async def promoted(
+    conn: AsyncConnection,
+    *,
+    reader_params: dict[str, object],
+    memory: str,
+    arms: list[tuple[str, float, bool]],
+    lifecycles: list[str],
+    types: list[str] | None,
+    project: str | None,
+    skip: list[str] | None = None,
+) -> Neighbor | None:
+    """The first one-hop neighbour of ``memory`` over ``arms`` (``(relationship, §4 weight,
+    outgoing?)``, in order) by weight desc, then active before superseded, then id (ties: the
+    earlier arm), among the memories the reader may read whose lifecycle (one of
+    ``lifecycles``), type and project pass the filters and that are not in ``skip`` (rows
+    listed above already); None when there is none."""
+    every = [(*arm, life) for arm in arms for life in lifecycles]
+    if not every:
+        return None
+    row = (
+        await conn.execute(
+            PROMOTE_SQL,
+            {
+                **reader_params,
+                "memory": memory,
+                "relationships": [a[0] for a in every],
+                "weights": [a[1] for a in every],
+                "outgoing": [a[2] for a in every],
+                "lifecycles": [a[3] for a in every],
+                "types": types,
+                "project": project,
+                "skip": skip or [],
+            },
+        )
+    ).first()
+    if row is None:
+        return None
+    return Neighbor(id=row.id, type=row.type, relationship=row.relationship, outgoing=row.outgoing)

@@ -1,0 +1,140 @@
+"""``sibyl:search.semantic``: the semantic lane's statements (pgvector).
+
+**Exact** (``sibyl:search.semantic``): every chunk vector of every memory the reader may read
+that passes the request's filters (the read rule on the memory, its current revision only) is
+compared with the query's vector by cosine distance; each document (a passage, or a memory's own
+document) keeps its nearest chunk; the ``:k`` nearest documents, then id. Rows the reader cannot
+read are never compared, so they change nothing the reader sees.
+
+**Index** (``sibyl:search.semantic_index``), for readers whose readable set is too large to
+compare whole: the HNSW index's ``:ef`` nearest chunks of the org, then the read rule and the
+filters on their memories. When fewer than ``:k`` readable documents come back, the caller runs
+the exact statement instead (never a short page for a reader who sees little).
+
+**Coverage** (``sibyl:search.semantic_coverage``): of the reader's readable memories (not
+retired), how many have vectors of their current revision by the model in use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.repo.readrule import readable
+from app.repo.semantic_schema import AVAILABLE_SQL
+
+# The request's filters on a chunk's memory row `t` (a passage document: `passage` in the types
+# admits it whatever its memory's type).
+_DOC_FILTER = """t.lifecycle = ANY(CAST(:lifecycles AS text[]))
+      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+      AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[]))
+           OR (e.doc_id <> e.memory_id AND 'passage' = ANY(CAST(:types AS text[]))))"""
+
+SEMANTIC_SQL = text(
+    f"""/* sibyl:search.semantic */
+WITH nearest AS (  -- per readable document, its nearest chunk
+    SELECT e.doc_id, e.memory_id, t.type, min(e.embedding <=> CAST(:vector AS vector)) AS distance
+    FROM entities t
+    JOIN embeddings e ON e.org_id = t.org_id AND e.memory_id = t.id AND e.revision = t.revision
+    WHERE t.org_id = :r_org AND {readable("t")} AND {_DOC_FILTER}
+    GROUP BY e.doc_id, e.memory_id, t.type
+)
+SELECT n.doc_id, n.memory_id, n.type, n.distance
+FROM nearest n
+ORDER BY n.distance, n.doc_id
+LIMIT :k"""
+)
+
+EF_SEARCH_SQL = text(
+    """/* sibyl:search.semantic_ef */ SELECT set_config('hnsw.ef_search', :ef, true)"""
+)
+
+SEMANTIC_INDEX_SQL = text(
+    f"""/* sibyl:search.semantic_index */
+WITH near AS MATERIALIZED (  -- the index's nearest chunks of the org
+    SELECT e.doc_id, e.memory_id, e.revision, e.embedding <=> CAST(:vector AS vector) AS distance
+    FROM embeddings e
+    WHERE e.org_id = :r_org
+    ORDER BY e.embedding <=> CAST(:vector AS vector)
+    LIMIT :ef
+),
+nearest AS (  -- those of readable memories passing the filters, per document its nearest
+    SELECT e.doc_id, e.memory_id, t.type, min(e.distance) AS distance
+    FROM near e
+    JOIN entities t ON t.org_id = :r_org AND t.id = e.memory_id AND t.revision = e.revision
+    WHERE {readable("t")} AND {_DOC_FILTER}
+    GROUP BY e.doc_id, e.memory_id, t.type
+)
+SELECT n.doc_id, n.memory_id, n.type, n.distance
+FROM nearest n
+ORDER BY n.distance, n.doc_id
+LIMIT :k"""
+)
+
+COVERAGE_SQL = text(
+    f"""/* sibyl:search.semantic_coverage */
+SELECT count(*) AS memories,
+       count(*) FILTER (WHERE s.revision = t.revision AND s.model = :model) AS embedded
+FROM entities t
+LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
+WHERE t.org_id = :r_org AND t.lifecycle <> 'retired' AND {readable("t")}"""
+)
+
+
+@dataclass(frozen=True)
+class Near:
+    """One document the semantic lane found: its id, memory, memory type, cosine distance."""
+
+    doc_id: str
+    memory_id: str
+    type: str
+    distance: float
+
+
+def vector_literal(vector: list[float]) -> str:
+    """``vector`` as pgvector's text form (bound as a parameter, cast in the statement)."""
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+async def tables_present(conn: AsyncConnection) -> bool:
+    """Whether this database holds the semantic lane's tables."""
+    return bool((await conn.execute(AVAILABLE_SQL)).one().tables)
+
+
+async def nearest(
+    conn: AsyncConnection,
+    *,
+    reader_params: dict[str, object],
+    vector: list[float],
+    k: int,
+    types: list[str] | None,
+    lifecycles: list[str],
+    project: str | None,
+    ef: int | None = None,
+) -> list[Near]:
+    """The ``k`` nearest readable documents: exactly (``ef`` None), or through the index's
+    ``ef`` nearest chunks (:data:`SEMANTIC_INDEX_SQL`)."""
+    params = {
+        **reader_params,
+        "vector": vector_literal(vector),
+        "k": k,
+        "types": types,
+        "lifecycles": lifecycles,
+        "project": project,
+    }
+    if ef is None:
+        rows = await conn.execute(SEMANTIC_SQL, params)
+    else:
+        await conn.execute(EF_SEARCH_SQL, {"ef": str(ef)})
+        rows = await conn.execute(SEMANTIC_INDEX_SQL, {**params, "ef": ef})
+    return [Near(r.doc_id, r.memory_id, r.type, float(r.distance)) for r in rows]
+
+
+async def coverage(
+    conn: AsyncConnection, *, reader_params: dict[str, object], model: str
+) -> tuple[int, int]:
+    """(readable memories, those with vectors of their current revision by ``model``)."""
+    row = (await conn.execute(COVERAGE_SQL, {**reader_params, "model": model})).one()
+    return int(row.memories), int(row.embedded)

@@ -1,0 +1,240 @@
+"""The semantic lane (search's opt-in vectors), on the PostgreSQL 16 that ships pgvector (the
+``pgserver`` binaries, as ``make run`` starts them); the machine's PostgreSQL 15 has none.
+
+- a reader's semantic answers are exactly an exact search under the read rule: hidden memories'
+  vectors change no rank, score or page (pair test, byte for byte against an org without them);
+- a reader who sees 1 % of the passages gets a full page from the lane when one exists, also
+  when the index path is tried first;
+- without pgvector, or without the model, search answers from the lexical lanes and
+  ``filters.lanes.semantic`` says why;
+- the worker embeds what writes change, and only the current revision is searched;
+- the real model (``minilm``, the ``semantic`` extra) finds a paraphrase no word of which the
+  memory holds.
+
+Most tests use the ``hashing`` embedder (a bag of hashed words): what is under test is the lane's
+reading of vectors, not the model's meaning.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core import embedder as models
+from app.core.db import make_engine, read_tx
+from app.core.migrations import upgrade
+from app.domain.embeddings import embed_due
+from app.domain.schemas import SearchRequest, SearchResponse
+from app.domain.search import SearchSettings, search
+from app.domain.search import semantic as semantic_lane
+from app.repo.readers import reader_by_key
+from tests.builders import import_dicts, make_key, memory_record, org_records
+from tests.pgtemp import ThrowawayPostgres
+
+HASHING = SearchSettings(semantic=True, embedder=models.HASHING, fulltext=False, exact=False)
+"""The semantic lane alone, with the hashing embedder."""
+
+
+@pytest.fixture(scope="module")
+def pg16() -> Iterator[ThrowawayPostgres]:
+    pg = ThrowawayPostgres()
+    try:
+        pg.start()
+        upgrade(pg.url)
+        yield pg
+    finally:
+        pg.destroy()
+
+
+@pytest.fixture(scope="module")
+async def vec_engine(pg16: ThrowawayPostgres) -> AsyncIterator[AsyncEngine]:
+    engine = make_engine(pg16.url)
+    yield engine
+    await engine.dispose()
+
+
+async def _ask(
+    engine: AsyncEngine, key: str, query: str, settings: SearchSettings = HASHING, **body: object
+) -> SearchResponse:
+    async with engine.connect() as conn:
+        reader = await reader_by_key(conn, key=key)
+    assert reader is not None
+    async with read_tx(engine) as conn:
+        return await search(
+            conn,
+            reader,
+            SearchRequest(query=query, **body),
+            pipeline=settings,
+        )
+
+
+def _world(org: str, sfx: str, *, hidden: bool) -> list[dict]:
+    out = org_records(org, sfx, {"ann": "member", "bob": "member"})
+    out.append(
+        {"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "contributor"}
+    )
+    topics = ["kelp forests in cold water", "coral reefs in warm seas", "tides along the coast"]
+    out += [
+        memory_record(org, sfx, f"v_{i}", f"Note {i}", f"{topics[i % 3]} and item {i}")
+        for i in range(12)
+    ]
+    if hidden:  # bob's: the project p1 and his private memories, near the query's meaning
+        out += [
+            memory_record(
+                org, sfx, f"h_{i}", "Kelp", "kelp forests cold water", project="p1", owner="bob"
+            )
+            for i in range(20)
+        ]
+        out += [
+            memory_record(
+                org,
+                sfx,
+                f"hp_{i}",
+                "Kelp",
+                "kelp forests cold water kelp",
+                scope="private",
+                owner="bob",
+            )
+            for i in range(5)
+        ]
+    return out
+
+
+async def _load(engine: AsyncEngine, records: list[dict]) -> None:
+    await import_dicts(engine, records)
+    await embed_due(engine, model_name=models.HASHING)
+
+
+async def test_hidden_vectors_change_nothing_a_reader_sees(vec_engine):
+    pages = {}
+    for hidden in (True, False):
+        sfx, org = secrets.token_hex(3), "org_vec_" + secrets.token_hex(4)
+        await _load(vec_engine, _world(org, sfx, hidden=hidden))
+        ann = await make_key(vec_engine, f"user_ann_{sfx}")
+        bob = await make_key(vec_engine, f"user_bob_{sfx}")
+        got = [
+            (await _ask(vec_engine, ann, q, limit=5, offset=o)).model_dump(exclude={"filters"})
+            for q in ("kelp forests cold water", "warm coral seas")
+            for o in (0, 5)
+        ]
+        pages[hidden] = json.dumps(got)
+        seen = await _ask(vec_engine, bob, "kelp forests cold water", limit=20)
+        # allowed: bob reads p1 and his own memories, and finds them
+        assert any(r.id.startswith("h") for r in seen.results) == hidden
+        assert seen.filters["lanes"]["semantic"]["ran"] is True
+    # denied: ann's pages are byte for byte those of the org where they do not exist
+    assert pages[True] == pages[False]
+
+
+async def test_a_reader_who_sees_one_percent_gets_a_full_page(vec_engine):
+    sfx, org = secrets.token_hex(3), "org_vec1_" + secrets.token_hex(4)
+    records = org_records(org, sfx, {"ann": "member", "bob": "member"})
+    records.append({"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "viewer"})
+    # 1,000 memories in the org's open project, 10 (1 %) in p1, which bob's key is bound to
+    records += [
+        memory_record(org, sfx, f"o_{i}", f"Open {i}", f"kelp forests cold water open {i}")
+        for i in range(990)
+    ]
+    records += [
+        memory_record(org, sfx, f"c_{i}", f"Closed {i}", f"a closed note number {i}", project="p1")
+        for i in range(10)
+    ]
+    await _load(vec_engine, records)
+    bob = await make_key(vec_engine, f"user_bob_{sfx}", projects=["p1"])
+    for limit_exact in (10_000, 0):  # exact at once; the index first (then exact: too few)
+        settings = HASHING.replace(semantic_exact_limit=limit_exact, semantic_k=10)
+        got = await _ask(vec_engine, bob, "kelp forests cold water", settings, limit=10)
+        assert sorted(r.id for r in got.results) == sorted(f"c_{i}" for i in range(10))
+        assert got.filters["lanes"]["semantic"]["path"] == "exact"
+
+
+async def test_without_pgvector_search_is_lexical_and_says_so(engine):
+    """The machine's PostgreSQL 15 has no pgvector: the lane does not run, and says why."""
+    sfx, org = secrets.token_hex(3), "org_vec0_" + secrets.token_hex(4)
+    await import_dicts(
+        engine,
+        [
+            *org_records(org, sfx, {"ann": "member"}),
+            memory_record(org, sfx, "k1", "Kelp", "kelp forests"),
+        ],
+    )
+    ann = await make_key(engine, f"user_ann_{sfx}")
+    got = await _ask(engine, ann, "kelp", HASHING.replace(fulltext=True, exact=True))
+    assert [r.id for r in got.results] == ["k1"]
+    lane = got.filters["lanes"]["semantic"]
+    assert lane["ran"] is False and "pgvector" in lane["reason"]
+
+
+async def test_without_the_model_search_is_lexical_and_says_so(vec_engine, monkeypatch):
+    sfx, org = secrets.token_hex(3), "org_vecm_" + secrets.token_hex(4)
+    await _load(
+        vec_engine,
+        [
+            *org_records(org, sfx, {"ann": "member"}),
+            memory_record(org, sfx, "k1", "Kelp", "kelp forests"),
+        ],
+    )
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    monkeypatch.setattr(models, "available", lambda name: "the semantic extra is not installed")
+    got = await _ask(vec_engine, ann, "kelp", HASHING.replace(fulltext=True, exact=True))
+    assert [r.id for r in got.results] == ["k1"]
+    assert got.filters["lanes"]["semantic"] == {
+        "ran": False,
+        "reason": "the semantic extra is not installed",
+    }
+
+
+async def test_an_edit_is_embedded_again_and_only_its_current_text_is_found(
+    vec_engine, monkeypatch
+):
+    monkeypatch.setattr(semantic_lane, "COVERAGE_TTL_S", 0.0)  # every answer counts afresh
+    sfx, org = secrets.token_hex(3), "org_vece_" + secrets.token_hex(4)
+    await _load(
+        vec_engine,
+        [
+            *org_records(org, sfx, {"ann": "member"}),
+            memory_record(org, sfx, "e1", "Note", "kelp forests cold water"),
+            memory_record(org, sfx, "e2", "Other", "desert sand dunes"),
+        ],
+    )
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    before = await _ask(vec_engine, ann, "kelp forests cold water", limit=1)
+    assert [r.id for r in before.results] == ["e1"]
+    assert before.filters["lanes"]["semantic"]["coverage"] == 1.0
+    await import_dicts(  # a new body: a new revision, its vectors stale until the worker runs
+        vec_engine,
+        [memory_record(org, sfx, "e1", "Note", "volcanic ash and basalt")],
+    )
+    stale = await _ask(vec_engine, ann, "kelp forests cold water", limit=2)
+    assert [r.id for r in stale.results] == ["e2"]  # the old text is never found
+    assert stale.filters["lanes"]["semantic"]["coverage"] == 0.5
+    assert await embed_due(vec_engine, model_name=models.HASHING) == 1
+    after = await _ask(vec_engine, ann, "volcanic basalt ash", limit=1)
+    assert [r.id for r in after.results] == ["e1"]
+
+
+@pytest.mark.skipif(
+    models.available(models.MINILM) is not None, reason="the semantic extra is not installed"
+)
+async def test_the_model_finds_a_paraphrase_that_shares_no_word(vec_engine):
+    sfx, org = secrets.token_hex(3), "org_vecp_" + secrets.token_hex(4)
+    await import_dicts(
+        vec_engine,
+        [
+            *org_records(org, sfx, {"ann": "member"}),
+            memory_record(
+                org, sfx, "pet", "Evening", "My dog loves to chase the ball in the park."
+            ),
+            memory_record(org, sfx, "tax", "Paperwork", "The quarterly invoices were filed today."),
+        ],
+    )
+    await embed_due(vec_engine, model_name=models.MINILM)
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    settings = SearchSettings(semantic=True, fulltext=False, exact=False)
+    got = await _ask(vec_engine, ann, "Which puppy plays fetch outdoors?", settings, limit=2)
+    assert [r.id for r in got.results][:1] == ["pet"]
+    assert got.filters["lanes"]["semantic"]["model"] == models.MINILM
