@@ -56,7 +56,7 @@ from app.domain.context import context_pack
 from app.domain.expand import expand_neighbors
 from app.domain.reader import Reader
 from app.domain.schemas import ContextRequest, ExpandRequest, SearchRequest, SliceRequest
-from app.domain.search import search
+from app.domain.search import SearchSettings, search
 from app.domain.slice import fetch_slice
 from app.evaluation.questions import Question, contains_phrase, keywords
 
@@ -150,12 +150,21 @@ def _memory_of(item: Any) -> str:
 
 
 async def _search_memories(
-    engine: AsyncEngine, reader: Reader, query: str, *, limit: int, chars: int
+    engine: AsyncEngine,
+    reader: Reader,
+    query: str,
+    *,
+    limit: int,
+    chars: int,
+    pipeline: SearchSettings | None = None,
 ) -> tuple[Any, float]:
     started = time.perf_counter()
     async with read_tx(engine) as conn:
         response = await search(
-            conn, reader, SearchRequest(query=query, limit=limit, content_max_chars=chars)
+            conn,
+            reader,
+            SearchRequest(query=query, limit=limit, content_max_chars=chars),
+            pipeline=pipeline,
         )
     return response, (time.perf_counter() - started) * 1000
 
@@ -167,10 +176,12 @@ async def run_loop(
     *,
     bodies: Mapping[str, str],
     plan: LoopPlan = LoopPlan(),
+    pipeline: SearchSettings | None = None,
 ) -> QuestionResult:
     """Rank ``question`` (as written and as keywords) and run the three-round loop for it.
 
-    ``bodies``: the whole body of every memory by id (missing ids count 0 characters).
+    ``bodies``: the whole body of every memory by id (missing ids count 0 characters);
+    ``pipeline``: search's settings (default: the service's).
     Returns the question's :class:`QuestionResult` (context fields left None).
     """
     texts: list[str] = []
@@ -187,7 +198,12 @@ async def run_loop(
 
     # round 1: search the question as written
     found, search_ms = await _search_memories(
-        engine, reader, question.question, limit=plan.search_limit, chars=plan.search_chars
+        engine,
+        reader,
+        question.question,
+        limit=plan.search_limit,
+        chars=plan.search_chars,
+        pipeline=pipeline,
     )
     results = found.results
     found_memories = [_memory_of(r) for r in results][:RECALL_DEPTH]
@@ -276,7 +292,7 @@ async def run_loop(
         exposed_round = 3
 
     keyword_found, _ = await _search_memories(
-        engine, reader, keywords(question.question), limit=RECALL_DEPTH, chars=0
+        engine, reader, keywords(question.question), limit=RECALL_DEPTH, chars=0, pipeline=pipeline
     )
     rank_keywords = answer_rank([_memory_of(r) for r in keyword_found.results], question.answers)
     return QuestionResult(
@@ -341,12 +357,18 @@ def _best_passage(result: Any) -> str:
 
 
 async def run_context(
-    engine: AsyncEngine, reader: Reader, question: Question, result: QuestionResult
+    engine: AsyncEngine,
+    reader: Reader,
+    question: Question,
+    result: QuestionResult,
+    pipeline: SearchSettings | None = None,
 ) -> None:
     """Fill ``result``'s context fields: the default pack of the question as its goal."""
     started = time.perf_counter()
     async with read_tx(engine) as conn:
-        pack = await context_pack(conn, reader, ContextRequest(goal=question.question))
+        pack = await context_pack(
+            conn, reader, ContextRequest(goal=question.question), pipeline=pipeline
+        )
     result.context_ms = round((time.perf_counter() - started) * 1000, 2)
     result.context_chars = len(pack.model_dump_json())
     result.context_exposed = contains_phrase(pack.markdown, question.phrase)
@@ -360,14 +382,15 @@ async def evaluate(
     bodies: Mapping[str, str],
     plan: LoopPlan = LoopPlan(),
     with_context: bool = True,
+    pipeline: SearchSettings | None = None,
 ) -> list[QuestionResult]:
     """Run every question (in order) through :func:`run_loop` and, unless told not to,
-    :func:`run_context`."""
+    :func:`run_context`, with search's settings ``pipeline`` (default: the service's)."""
     out: list[QuestionResult] = []
     for q in questions:
-        result = await run_loop(engine, reader, q, bodies=bodies, plan=plan)
+        result = await run_loop(engine, reader, q, bodies=bodies, plan=plan, pipeline=pipeline)
         if with_context:
-            await run_context(engine, reader, q, result)
+            await run_context(engine, reader, q, result, pipeline)
         out.append(result)
     return out
 

@@ -1,12 +1,16 @@
-"""``sibyl-pg eval`` / ``make eval``: the evaluation on a freshly imported PEP corpus.
+"""``sibyl-pg eval`` / ``make eval``: the evaluation on two corpora, each beside a baseline.
 
 Steps: (1) create the database ``sibyl_eval`` afresh on the server of ``DATABASE_URL`` (or the
-embedded server), migrate it, import the PEP corpus through the real importer, rebuild the
-communities of ``org_python`` (as ``make run`` does) and ``VACUUM (ANALYZE)``; (2) check that
-every question's answer phrase is in one of its answering memories; (3) run every question set
-(:mod:`app.evaluation.harness`) as the reader ``user_org_admin`` (a full-scope key of the org
-admin); (4) print the figures, optionally write the JSON report; (5) drop the database unless
-``--keep``. ``--reuse`` skips step 1 when ``sibyl_eval`` already holds the corpus.
+embedded server), migrate it, import the PEP corpus and the LoCoMo conversations (one memory
+per session, :mod:`app.evaluation.locomo`) through the real importer, rebuild the communities
+of ``org_python`` (as ``make run`` does), count both orgs' search statistics and ``VACUUM
+(ANALYZE)``; (2) check that every PEP question's answer phrase is in one of its answering
+memories; (3) run every PEP question set (:mod:`app.evaluation.harness`) as ``user_org_admin``
+and every LoCoMo question (:mod:`app.evaluation.locomo_run`) as ``user_locomo_reader``, with the
+grep baseline of the same documents; (4) unless ``--no-ablations``, run both again with each
+stage or lane switched off (:data:`ABLATIONS`), search's settings switched per run; (5) print
+the figures, optionally write the JSON report; (6) drop the database unless ``--keep``.
+``--reuse`` skips step 1 when ``sibyl_eval`` already holds both corpora.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from app.bench import database as scratch
 from app.bench.run import git_state
 from app.core.db import make_engine, write_tx
 from app.core.settings import PROJECT_ROOT, get_settings
+from app.domain.search import SearchSettings, search_settings
+from app.evaluation import locomo, locomo_run
 from app.evaluation.harness import LoopPlan, as_dicts, evaluate, summarize
 from app.evaluation.questions import Question, check_phrases, load_questions
 
@@ -49,6 +55,20 @@ QUESTION_SETS = (
 )
 
 
+ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("no exact lane", {"exact": False}),
+    ("no re-ranking by best span", {"rerank_depth": 0}),
+    ("no promotion", {"promote": False}),
+    ("no promotion of the second result's neighbour", {"promote_second": False}),
+    ("focus in plain BM25 order", {"focus_covered": 1.0, "focus_asked": 1.0}),
+    ("focus without the ask's weight", {"focus_asked": 1.0}),
+    ("promoted row's focus by every word", {"focus_by_ask": False}),
+    ("no name/breadcrumb boost", {"field_boost": 1.0}),
+    ("semantic lane on", {"semantic": True}),
+)
+"""Each run of the ablation table: a name and the settings it changes from the service's."""
+
+
 @dataclass(frozen=True)
 class EvalSet:
     """One named question set."""
@@ -63,8 +83,11 @@ async def _database_holds_corpus(url: str) -> bool:
     except (OSError, asyncpg.InvalidCatalogNameError):
         return False
     try:
-        n = await conn.fetchval("SELECT count(*) FROM entities WHERE org_id = $1", ORG)
-        return bool(n)
+        n = await conn.fetchval(
+            "SELECT count(DISTINCT org_id) FROM entities WHERE org_id = ANY($1::text[])",
+            [ORG, locomo.ORG],
+        )
+        return n == 2
     except asyncpg.UndefinedTableError:
         return False
     finally:
@@ -84,6 +107,9 @@ async def _load(engine: AsyncEngine, url: str, records: list[dict[str, Any]]) ->
     )
     async with write_tx(engine) as conn:
         await rebuild(conn, org_id=ORG)
+    from app.repo import term_stats
+
+    await term_stats.refresh_orgs(engine, [ORG, locomo.ORG])
     conn2 = await asyncpg.connect(url)
     try:
         await conn2.execute("VACUUM (ANALYZE)")
@@ -103,27 +129,36 @@ async def run_eval(
     *,
     peps_dir: Path,
     sets: list[EvalSet],
+    locomo_dir: Path | None = None,
     database: str = EVAL_DATABASE,
     keep: bool = False,
     reuse: bool = False,
     with_context: bool = True,
+    ablations: bool = True,
     plan: LoopPlan | None = None,
+    pipeline: SearchSettings | None = None,
     progress: Console | None = None,
 ) -> dict[str, Any]:
-    """Import (or reuse) the corpus, run ``sets``, and return the report (see the module
-    docstring): ``{"date", "state", "reader", "plan", "sets": {name: {"summary", "results"}}}``.
-    Raises ``ValueError`` when a question's phrase is in none of its answers."""
+    """Import (or reuse) both corpora, run ``sets`` and the LoCoMo questions of ``locomo_dir``
+    (None: no LoCoMo run), then the ablations, and return the report (see the module
+    docstring): ``{"date", "state", "reader", "plan", "settings", "sets": {name: {"summary",
+    "results"}}, "locomo": {...}, "ablations": [{"name", "changes", "sets", "locomo"}]}``.
+    ``pipeline``: search's settings of the main run (default: the service's). Raises
+    ``ValueError`` when a question's phrase is in none of its answers."""
     from app.core.migrations import upgrade
     from app.importers.peps import iter_pep_records
     from app.repo.readers import reader_by_user
 
     say = progress.log if progress else (lambda *a, **k: None)
+    base = pipeline or search_settings()
     records = list(iter_pep_records(peps_dir))
     bodies = {r["id"]: r["content"] for r in records if r["kind"] == "entity"}
     for s in sets:
         bad = check_phrases(s.questions, bodies)
         if bad:
             raise ValueError(f"{s.name}: answer phrase not in any answering memory: {bad}")
+    sessions, questions = locomo.load(locomo_dir) if locomo_dir else ([], [])
+    records += list(locomo.records(sessions)) if sessions else []
     url = scratch.bench_url(database)  # a plain name, never a test database (ValueError)
     fresh = not (reuse and await _database_holds_corpus(url))
     if fresh:
@@ -136,6 +171,7 @@ async def run_eval(
             await _load(engine, url, records)
         async with engine.connect() as conn:
             reader = await reader_by_user(conn, user_id=READER)
+            chat_reader = await reader_by_user(conn, user_id=locomo.READER)
         if reader is None:  # pragma: no cover - the importer always creates the demo readers
             raise ValueError(f"no user {READER} in the corpus")
         report: dict[str, Any] = {
@@ -143,24 +179,100 @@ async def run_eval(
             "state": _git_state(),
             "reader": READER,
             "plan": dataclasses.asdict(plan or LoopPlan()),
+            "settings": base.echo(),
             "sets": {},
+            "locomo": None,
+            "ablations": [],
         }
-        for s in sets:
-            say(f"running {len(s.questions)} questions of {s.name}")
-            results = await evaluate(
+
+        async def pep_sets(settings: SearchSettings, context: bool) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for s in sets:
+                results = await evaluate(
+                    engine,
+                    reader,
+                    s.questions,
+                    bodies=bodies,
+                    plan=plan or LoopPlan(),
+                    with_context=context,
+                    pipeline=settings,
+                )
+                out[s.name] = {"summary": summarize(results), "results": as_dicts(results)}
+            return out
+
+        async def chats(settings: SearchSettings, full: bool) -> dict[str, Any] | None:
+            if not questions or chat_reader is None:
+                return None
+            found = await locomo_run.run(
                 engine,
-                reader,
-                s.questions,
-                bodies=bodies,
-                plan=plan or LoopPlan(),
-                with_context=with_context,
+                chat_reader,
+                sessions,
+                questions,
+                pipeline=settings,
+                baseline=full,
+                per_project=full,
             )
-            report["sets"][s.name] = {"summary": summarize(results), "results": as_dicts(results)}
+            return found.as_dict()
+
+        say(f"running the PEP question sets ({sum(len(s.questions) for s in sets)} questions)")
+        report["sets"] = await pep_sets(base, with_context)
+        if questions:
+            say(f"running the LoCoMo questions ({len(questions)}) and the grep baseline")
+        report["locomo"] = await chats(base, True)
+        semantic_reason = await _semantic_ready(engine, base, say) if ablations else None
+        if ablations:
+            for name, changes in ABLATIONS:
+                variant = base.replace(**changes)
+                if variant.semantic and semantic_reason is not None:
+                    say(f"ablation: {name}: skipped ({semantic_reason})")
+                    report["ablations"].append(
+                        {"name": name, "changes": changes, "unavailable": semantic_reason}
+                    )
+                    continue
+                say(f"ablation: {name}")
+                report["ablations"].append(
+                    {
+                        "name": name,
+                        "changes": changes,
+                        "sets": {
+                            n: {"summary": v["summary"]}
+                            for n, v in (await pep_sets(variant, False)).items()
+                        },
+                        "locomo": await chats(variant, False),
+                    }
+                )
         return report
     finally:
         await engine.dispose()
         if not keep:
             await scratch.drop(database)
+
+
+async def _semantic_ready(engine: AsyncEngine, settings: SearchSettings, say: Any) -> str | None:
+    """Embed both corpora for the semantic lane's runs (vectors cached on disk in
+    ``.data/eval-embeddings.sqlite``: the model is deterministic); None when the lane can run,
+    else why not."""
+    from app.core import embedder as models
+    from app.domain.embeddings import embed_due
+    from app.repo.search.semantic import tables_present
+
+    reason = models.available(settings.embedder)
+    if reason is not None:
+        return reason
+    async with engine.connect() as conn:
+        if not await tables_present(conn):
+            return "the database server has no pgvector"
+    cache = PROJECT_ROOT / ".data" / "eval-embeddings.sqlite"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    model = models.CachedEmbedder(models.embedder(settings.embedder), cache)
+    say(f"embedding both corpora with {model.name} (cached in {cache})")
+
+    def progress(done: int, due: int) -> None:
+        if done == due or done % 320 == 0:
+            say(f"  embedded {done} of {due} memories")
+
+    await embed_due(engine, model_name=model.name, model=model, progress=progress)
+    return None
 
 
 def default_sets(paths: list[tuple[str, Path]] | None = None) -> list[EvalSet]:
@@ -200,6 +312,83 @@ def render(report: dict[str, Any], console: Console) -> None:
     ]
     for label, fmt in rows:
         table.add_row(label, *(fmt(report["sets"][n]["summary"]) for n in names))
+    console.print(table)
+
+
+def _counts(sets: dict[str, Any]) -> tuple[int, int, int]:
+    """(questions, exposed, in the top 5 as written) over every PEP set."""
+    n = exposed = top5 = 0
+    for v in sets.values():
+        sm = v["summary"]
+        q = int(sm["questions"])
+        n += q
+        exposed += round(sm["exposure"] * q)
+        top5 += round(sm["recall_at_5_written"] * q)
+    return n, exposed, top5
+
+
+CLEAN_SET = "heldout8"
+"""The PEP set no rule was chosen on (docs/eval.md)."""
+
+
+def render_locomo(report: dict[str, Any], console: Console) -> None:
+    """The LoCoMo figures per category, search beside the grep baseline."""
+    found = report.get("locomo")
+    if not found:
+        return
+    table = Table(title="LoCoMo: recall@5 / recall@10 / MRR (limit 10, one haystack)")
+    table.add_column("category")
+    table.add_column("questions", justify="right")
+    table.add_column("search", justify="right")
+    table.add_column("grep baseline", justify="right")
+    names = {str(k): v for k, v in locomo.CATEGORIES.items()} | {"1-4": "1-4 (headline)"}
+    for key, row in found["search"].items():
+        grep = (found.get("grep") or {}).get(key)
+
+        def fmt(r: dict[str, Any] | None) -> str:
+            if not r:
+                return "-"
+            return f"{r['recall_at_5']:.3f} / {r['recall_at_10']:.3f} / {r['mrr']:.3f}"
+
+        table.add_row(f"{key} {names.get(key, '')}", str(row["questions"]), fmt(row), fmt(grep))
+    console.print(table)
+    if found.get("empty_pages") is not None:
+        console.print(
+            f"LoCoMo with project set: {found['empty_pages']} empty pages, "
+            f"{found['empty_pages_holding_a_word']} of them where a session holds a word of "
+            f"the question ({found['silent_empty_pages']} without candidates_capped); "
+            f"search p50 {found['search_ms_p50']} ms"
+        )
+
+
+def render_ablations(report: dict[str, Any], console: Console) -> None:
+    """The ablation table: each variant's PEP and LoCoMo figures beside the full pipeline's."""
+    if not report.get("ablations"):
+        return
+    table = Table(title="Ablations (each row: the pipeline with one stage or lane changed)")
+    table.add_column("run")
+    table.add_column("PEP exposed / top-5 (all sets)", justify="right")
+    table.add_column(f"{CLEAN_SET} exposed / top-5", justify="right")
+    table.add_column("LoCoMo 1-4 r@5 / r@10 / MRR", justify="right")
+
+    def row(name: str, sets: dict[str, Any], chats: dict[str, Any] | None) -> None:
+        n, exposed, top5 = _counts(sets)
+        clean = sets.get(CLEAN_SET, {}).get("summary")
+        clean_txt = "-"
+        if clean:
+            q = clean["questions"]
+            clean_txt = (
+                f"{round(clean['exposure'] * q)} / {round(clean['recall_at_5_written'] * q)} of {q}"
+            )
+        loc = "-"
+        if chats:
+            h = chats["search"]["1-4"]
+            loc = f"{h['recall_at_5']:.3f} / {h['recall_at_10']:.3f} / {h['mrr']:.3f}"
+        table.add_row(name, f"{exposed} / {top5} of {n}", clean_txt, loc)
+
+    row("full pipeline", report["sets"], report.get("locomo"))
+    for a in report["ablations"]:
+        row(a["name"], a["sets"], a.get("locomo"))
     console.print(table)
 
 
