@@ -39,7 +39,6 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 
 """LoCoMo's question categories as its repository numbers them (5: the answer is not in the
 conversation as asked; reported apart from 1-4, as peers do)."""
 
-CAPTIONS = True
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _EVIDENCE = re.compile(r"^D(\d+):\d+$")
 
@@ -89,8 +88,6 @@ def session_body(date: str, turns: Sequence[dict[str, Any]]) -> str:
     lines = [f"# Chat session at {date}", "", "## Conversation", ""]
     for turn in turns:
         text = " ".join(str(turn.get("text", "")).split())
-        if CAPTIONS and turn.get("blip_caption"):
-            text += f" [shares {' '.join(str(turn['blip_caption']).split())}]"
         lines.append(f"- **{turn['speaker']}:** {text}")
     return "\n".join(lines) + "\n"
 
