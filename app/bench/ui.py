@@ -216,6 +216,28 @@ def big_neighbourhood(
     }
 
 
+def tour(browser: Any, url: str, key: str, path: Path) -> None:
+    """The README's screenshot: search "type hints", walk from the first result, read it."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.add_init_script(f"sessionStorage.setItem('sibyl-pg.api-key', {json.dumps(key)})")
+    page = context.new_page()
+    page.goto(f"{url}/ui")
+    page.wait_for_selector("html[data-graph=ready]")
+    page.fill("#search-query", "type hints")
+    page.press("#search-query", "Enter")
+    page.wait_for_selector("#results > li")
+    page.locator("#results > li").first.get_by_role("button", name="Expand", exact=True).click()
+    page.wait_for_function(
+        "() => document.querySelector('#rounds').textContent.startsWith('Rounds: 1 ')"
+    )
+    at = page.evaluate("() => window.sibylExplorer.position('pep_0484')")
+    page.mouse.click(at["x"], at["y"])
+    page.wait_for_selector("#slice-title")
+    page.mouse.move(0, 0)
+    page.screenshot(path=str(path))
+    context.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the measurements; print them as JSON (and write them to ``--json``)."""
     parser = argparse.ArgumentParser(prog="python -m app.bench.ui", description=__doc__)
@@ -225,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--screenshot", type=Path, default=None, help="PNG of the big graph")
+    parser.add_argument(
+        "--tour", type=Path, default=None, help="only save the README's screenshot here"
+    )
     args = parser.parse_args(argv)
     if not Path(CHROMIUM).exists():
         print(f"no chromium at {CHROMIUM}: make browser", file=sys.stderr)
@@ -237,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             executable_path=CHROMIUM, args=CHROMIUM_FLAGS, headless=True
         )
         try:
+            if args.tour:
+                tour(browser, args.url, key, args.tour)
+                return 0
             report = {
                 "url": args.url,
                 "runs": args.runs,
