@@ -107,7 +107,11 @@ def open_tab(browser, served: str, request: pytest.FixtureRequest) -> Iterator[C
     tabs: list[Tab] = []
 
     def make(width: int = 1280, height: int = 800) -> Any:
-        context = browser.new_context(viewport={"width": width, "height": height}, base_url=served)
+        context = browser.new_context(
+            viewport={"width": width, "height": height},
+            base_url=served,
+            permissions=["clipboard-read", "clipboard-write"],
+        )
         page = context.new_page()
         tab = Tab(page, context)
 
@@ -257,6 +261,8 @@ def test_a_reader_searches_walks_and_reads(open_tab, keys):
     page.wait_for_selector("#slice-title")
     assert page.inner_text("#slice-title") == "PEP 484: Type Hints"
     assert page.inner_text("#parent-id") == "pep_0484"
+    page.click("#copy-parent")  # cite parent_id with one click
+    assert page.evaluate("() => navigator.clipboard.readText()") == "pep_0484"
     assert page.inner_text("#slice-window").startswith("Spans 1–3 of 60")
     spans = page.eval_on_selector_all(".span .span-meta code", "els => els.map(e => e.textContent)")
     page.click("#span-next")
