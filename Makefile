@@ -13,10 +13,12 @@ PYTEST_ARGS ?=
 # share one worker (--dist loadgroup). One more than the cores: a worker waits on its PostgreSQL
 # backend half of the time. TEST_WORKERS=0: one process, no xdist.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+# apt-get as root (CI), else through sudo
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run serve test test-thorough lint typecheck check bench bench-load eval lock clean
+.PHONY: help install run serve test test-thorough lint typecheck check bench bench-load bench-ui eval lock clean ui browser
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
@@ -73,6 +75,17 @@ bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md), the 357k-line import
 
 bench-load: install ## 32 clients mixing reads and writes for 60 s against `serve` (docs/security.md)
 	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
+
+bench-ui: install browser ## The explorer's first view and a 200-node graph in headless chromium, against `make run` (docs/ui.md)
+	$(BIN)/python -m app.bench.ui --url http://$(HOST):$(PORT)
+
+ui: ## Rebuild the explorer's page (app/ui/static, committed) from ui/ with npm (docs/ui.md)
+	cd ui && npm ci && npm run build
+
+browser: ## Install Debian's chromium for the explorer's browser tests (tests/test_ui.py) when missing
+	@if [ -x /usr/bin/chromium ]; then echo "› $$(/usr/bin/chromium --version 2>/dev/null | head -n 1)"; else \
+	  echo "› installing Debian's chromium for the browser tests (a minute or two)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium fonts-dejavu-core; fi
 
 EVAL_ARGS ?=
 

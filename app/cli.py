@@ -385,7 +385,7 @@ def serve(
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,
     quiet: Annotated[bool, typer.Option(hidden=True)] = False,
 ) -> None:
-    """Serve REST (and MCP over streamable HTTP) until interrupted."""
+    """Serve REST, MCP over streamable HTTP and the memory explorer (/ui) until interrupted."""
     import uvicorn
 
     from app.api.app import create_app
@@ -657,15 +657,46 @@ def quickstart(
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
     typer.echo(keys_file.read_text())
     if not no_serve:
+        _measured_plans()
+        typer.echo(
+            f"memory explorer: http://{host}:{port}/ui (sign in with a key above: "
+            "TYPING_READER_KEY reads, TYPING_WRITER_KEY edits, DBA_KEY sees plans)\n"
+        )
         step(
-            f"starting the server on http://{host}:{port}: REST under /api, MCP at /mcp, "
-            "OpenAPI at /docs (it serves once uvicorn says `Uvicorn running on`; Ctrl-C stops)"
+            f"starting the server on http://{host}:{port}: the explorer at /ui, REST under /api,"
+            " MCP at /mcp, OpenAPI at /docs (it serves once uvicorn says `Uvicorn running on`;"
+            " Ctrl-C stops)"
         )
         serve(host=host, port=port, quiet=True)
 
 
+def _measured_plans() -> None:
+    """Serve measured plans on the admin explain route (``SIBYL_REST_EXPLAIN=measured``) when the
+    operator left the setting unset and the database holds one org: a plan's figures count
+    every org's rows, so they are shown only where no other org's rows are there to count."""
+    if os.environ.get("SIBYL_REST_EXPLAIN"):
+        return
+
+    async def orgs() -> int:
+        engine = make_engine()
+        try:
+            async with engine.connect() as conn:
+                n = (await conn.execute(text("SELECT count(*) FROM orgs"))).scalar()
+                return int(n or 0)
+        finally:
+            await engine.dispose()
+
+    if asyncio.run(orgs()) == 1:
+        os.environ["SIBYL_REST_EXPLAIN"] = "measured"
+        get_settings.cache_clear()
+        step("one org in the database: admin keys see measured plans (SIBYL_REST_EXPLAIN)")
+
+
 DEMO_WRITER = ("user_jelle_zijlstra", "TYPING_WRITER_KEY", "proj_typing")
 """The demo write key: a real PEP author (typing PEPs), contributor in ``proj_typing``."""
+
+DEMO_DBA = ("user_org_admin", "DBA_KEY")
+"""The demo ``read,admin`` key: the org admin's, for ``/api/admin`` and the explorer's plans."""
 
 
 def _var(user: str) -> str:
@@ -677,13 +708,14 @@ def demo_keys(path: Path | None = None) -> Path:
     ``<data_dir>/demo-keys.env``, mode 600) as ``NAME=key`` lines; return the path.
 
     A ``read`` key per demo reader (``TYPING_READER_KEY``, ``PACKAGING_READER_KEY``,
-    ``ORG_ADMIN_KEY``, ``OUTSIDER_KEY``) and ``TYPING_WRITER_KEY``, a ``read,write`` key of
-    :data:`DEMO_WRITER`'s user. Uses ``DATABASE_URL`` (else the embedded server).
+    ``ORG_ADMIN_KEY``, ``OUTSIDER_KEY``), ``TYPING_WRITER_KEY``, a ``read,write`` key of
+    :data:`DEMO_WRITER`'s user, and ``DBA_KEY``, a ``read,admin`` key of :data:`DEMO_DBA`'s user.
+    Uses ``DATABASE_URL`` (else the embedded server).
 
     A demo user that no longer exists (an admin deleted it) gets no key: its line in the file
     becomes a comment saying so, a warning says how to bring it back, and the rest goes on
     (``make run`` still serves)."""
-    from app.core.errors import NotFound
+    from app.core.errors import BadRequest, NotFound
     from app.domain.keys import create_key
     from app.repo.readers import reader_by_key
 
@@ -691,6 +723,7 @@ def demo_keys(path: Path | None = None) -> Path:
     writer, writer_var, writer_project = DEMO_WRITER
     wanted = [(user, _var(user), ["read"]) for user in DEMO_READERS]
     wanted.append((writer, writer_var, ["read", "write"]))
+    wanted.append((DEMO_DBA[0], DEMO_DBA[1], ["read", "admin"]))
 
     saved: dict[str, str] = {}
     if path.exists():
@@ -698,6 +731,8 @@ def demo_keys(path: Path | None = None) -> Path:
             name, _, value = line.partition("=")
             if not name.startswith("#"):
                 saved[name.strip()] = value.strip()
+
+    refused: set[str] = set()
 
     async def go() -> dict[str, str]:
         engine = make_engine()
@@ -715,6 +750,9 @@ def demo_keys(path: Path | None = None) -> Path:
                         )
                     except NotFound:  # the user was deleted: no key, said below
                         continue
+                    except BadRequest:  # the admin scope, for a user no longer an org admin
+                        refused.add(var)
+                        continue
         finally:
             await engine.dispose()
         return out
@@ -724,6 +762,13 @@ def demo_keys(path: Path | None = None) -> Path:
     def key_line(user: str, var: str) -> str:
         if var in keys:
             return f"{var}={keys[var]}"
+        if var in refused:
+            typer.echo(
+                f"sibyl-pg: warning: the demo user {user} is no longer an org admin, so {var}"
+                " is not set (`sibyl-pg admin user-role` gives the role back)",
+                err=True,
+            )
+            return f"# {var}: the demo user {user} is no longer an org admin"
         typer.echo(
             f"sibyl-pg: warning: the demo user {user} no longer exists, so {var} is not set"
             " (create it again with `sibyl-pg admin user-create`, or start from a fresh"
@@ -732,11 +777,13 @@ def demo_keys(path: Path | None = None) -> Path:
         )
         return f"# {var}: the demo user {user} no longer exists"
 
-    lines = [key_line(user, var) for user, var, _ in wanted[:-1]]
+    lines = [key_line(user, var) for user, var, _ in wanted[:-2]]
     lines.append(
         f"# read,write key of {writer}, a contributor in {writer_project} (the README's writes)"
     )
     lines.append(key_line(writer, writer_var))
+    lines.append(f"# read,admin key of {DEMO_DBA[0]}: /api/admin and the explorer's plans")
+    lines.append(key_line(*DEMO_DBA))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(line + "\n" for line in lines))
     path.chmod(0o600)

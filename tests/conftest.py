@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,7 @@ PEP_TESTS = (
     "tests/test_surfaces_bounds.py",
     "tests/test_search.py::test_type_hints_on_the_pep_corpus",
     "tests/test_readme.py",
+    "tests/test_ui.py",
 )
 """The tests (files, or single tests) that read the PEP corpus: they run on one worker.
 A test elsewhere that uses the corpus still works (its worker parses and imports it too), and
@@ -162,3 +165,53 @@ async def pep_corpus(engine: AsyncEngine, pep_records: list[dict[str, Any]]) -> 
 
     await import_dicts(engine, pep_records)
     return {user: await make_key(engine, user) for user in DEMO_READERS}
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
+
+
+@pytest.fixture(scope="session")
+def served(
+    database_url: str, pep_corpus: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``sibyl-pg serve`` on a free port over the test database (with the PEP corpus), as a
+    user runs it; its base URL. One server for the README's curl calls and the explorer's
+    browser tests. The admin explain route measures plans (``SIBYL_REST_EXPLAIN=measured``, as
+    the operator of a one-org service sets it): the explorer's plan view shows them."""
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url, "SIBYL_REST_EXPLAIN": "measured"}
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen(
+            [str(SIBYL_PG), "serve", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert server.poll() is None, f"sibyl-pg serve exited: {log_path.read_text()}"
+                assert time.monotonic() < deadline, "sibyl-pg serve did not start"
+                try:
+                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()

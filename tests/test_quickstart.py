@@ -86,7 +86,13 @@ def test_a_deleted_demo_user_gets_no_key_and_the_set_up_goes_on(
             upgrade(url)
             users = [u for u in (*DEMO_READERS, DEMO_WRITER[0]) if u != gone]
             records = [{"kind": "org", "id": "org_python", "name": "Python"}] + [
-                {"kind": "user", "id": u, "org": "org_python", "handle": u[5:], "role": "member"}
+                {
+                    "kind": "user",
+                    "id": u,
+                    "org": "org_python",
+                    "handle": u[5:],
+                    "role": "admin" if u == "user_org_admin" else "member",
+                }
                 for u in users
             ]
 
@@ -115,6 +121,7 @@ def test_a_deleted_demo_user_gets_no_key_and_the_set_up_goes_on(
                 "ORG_ADMIN_KEY",
                 "OUTSIDER_KEY",
                 "TYPING_WRITER_KEY",
+                "DBA_KEY",
             }
             assert all(v.strip() for v in values.values())
             warned = capsys.readouterr().err

@@ -15,26 +15,23 @@ its output (case-insensitive, so header names match as ``curl -i`` prints them).
 calls made must equal the number of ``curl`` commands in the marked blocks.
 
 The server: ``sibyl-pg serve`` (uvicorn) on a free port, in a subprocess, over this run's fresh
-test database holding the real PEP corpus (the session's ``pep_corpus`` import).
+test database holding the real PEP corpus (the session's ``served`` fixture, shared with the
+explorer's browser tests).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.core.settings import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
-SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
 MARK = "<!-- readme-test -->"
 EXPECT = re.compile(r"→\s*(\d{3})((?:\s*`[^`]+`)*)")
 FRAGMENT = re.compile(r"`([^`]+)`")
@@ -115,48 +112,6 @@ echo done  # → 999"""
         (412, []),
         (None, []),
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def served(database_url, pep_corpus, tmp_path_factory):
-    """``sibyl-pg serve`` on a free port over the test database (with the PEP corpus)."""
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url}
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    log = log_path.open("w")
-    server = subprocess.Popen(
-        [str(SIBYL_PG), "serve", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, f"sibyl-pg serve exited: {log_path.read_text()}"
-            assert time.monotonic() < deadline, "sibyl-pg serve did not start"
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
 
 
 CURL_SHIM = r"""

@@ -1,5 +1,5 @@
-"""The FastAPI application: REST under ``/api``, MCP at ``/mcp``, health probes, OpenAPI at
-``/docs``.
+"""The FastAPI application: REST under ``/api``, MCP at ``/mcp``, the memory explorer at ``/ui``,
+health probes, OpenAPI at ``/docs``.
 
 Every error is ``{"detail": "<message>"}`` (plus ``errors`` on a 422; app/api/errors.py): domain
 errors carry their status; database faults are 503 with ``Retry-After``; anything else is a 500
@@ -30,6 +30,7 @@ from app.domain import community_refresher, embeddings, refresher
 from app.domain.directory import HIDDEN
 from app.domain.session import admin_for_key, map_fault, require_key
 from app.mcp.http import mount_mcp
+from app.ui import mount_ui
 
 log = logging.getLogger("sibyl_pg")
 
@@ -177,6 +178,7 @@ def create_app(
     app.include_router(admin.admin)  # /api/admin/explain/{verb}, admin keys only
     app.include_router(writes.router)  # /api/entities, /api/edges, /api/admin/{users,...}
     mcp_lifespan = mount_mcp(app, settings=s)  # MCP over streamable HTTP at /mcp, same keys
+    mount_ui(app)  # the memory explorer at /ui: a static page calling the routes above
     app.add_middleware(HiddenAdmin)  # /api/admin/...: a trailing slash is a 404, not a 307
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.add_middleware(HeadAsGet)  # HEAD is GET without its body (RFC 9110 §9.3.2)
