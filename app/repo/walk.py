@@ -48,8 +48,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.reader import Reader
-from app.repo.readers import READER_BY_KEY, hash_key, reader_of
+from app.repo.readers import READER_BY_KEY, hash_key
 from app.repo.readrule import readable, readable_by
 
 # The seeds statement also switches this transaction to generic plans (``set_config(...,
@@ -63,8 +62,10 @@ SEEDS_SQL = text(
     f"""/* sibyl:expand_neighbors.seeds */
 SELECT s.id, set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
 FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
-LEFT JOIN passages p ON p.org_id = :r_org AND p.id = s.id
-JOIN entities t ON t.org_id = :r_org AND t.id = coalesce(p.parent_id, s.id)
+JOIN entities t ON t.org_id = :r_org
+ AND t.id = CASE WHEN s.id LIKE 'passage\\_%'  -- a passage stands for its parent
+                 THEN (SELECT p.parent_id FROM passages p WHERE p.org_id = :r_org AND p.id = s.id)
+                 ELSE s.id END
 WHERE {readable("t")}
   AND t.lifecycle <> 'retired'
   AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
@@ -102,82 +103,43 @@ SCORE = (
 )
 
 
-def _edge_arm(direction: str) -> str:
-    """SQL: the hop arm of stored edges in one direction, strongest hops first (§5).
+def _hub_arm(direction: str) -> str:
+    """SQL: a hub's edges one way (more than ``:hub_degree`` of them), strongest first (§5).
 
-    ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. An
-    ordinary node (at most ``:hub_degree`` edges that way) has all its edges read and probed with
-    the read rule, then numbered in weight order (weight desc, relationship, neighbour id). Both
-    kinds enter the same rows (the first ``:hop_cap`` readable ones in that order) and bound what
-    they drop the same way (the first dropped row; its id only for a relationship that is the
-    last of its weight, ``:<dir>_exact``): the hub test counts edges before the read rule, so
-    the two must be indistinguishable to a reader (a private memory's edges must not flip
-    ``frontier_capped``; found in a new-user trial, 2026-11-30). A hub is read one index range
-    per relationship, strongest relationship first (``:<dir>_tiers``, NULL standing for every
-    relationship of the default weight, read in index order), each range stopping at
-    ``:hop_cap + 1`` readable rows, and the whole arm stops at ``:hop_cap + 1`` rows: its work is
-    bounded by the cap, not its degree.
+    ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. One
+    index range per tier (``:<dir>_tier_lo``/``:<dir>_tier_hi``: one relationship, or for the
+    default weight every relationship between ``''`` and a bound above any name, the weighted
+    ones skipped), strongest tier first, each range stopping at ``:hop_cap + 1`` rows that pass
+    the read rule, and the arm stops at ``:hop_cap + 1`` rows: its work is bounded by the cap,
+    not by the degree. The rows are those an ordinary node's arm gives, in the same order.
     """
     near, far = ("src_id", "dst_id") if direction == "out" else ("dst_id", "src_id")
-    denied = f"{direction}_denied"
-    gate = "" if direction == "out" else "CAST(:include_incoming AS boolean) AND "
-    rank = 0 if direction == "out" else 1
     weight = WEIGHT.format(rel="e.relationship")
-    return f"""(  -- {"outgoing" if direction == "out" else "incoming"} edges, strongest first
-              SELECT x.id, x.relationship, {rank} AS dir_rank, x.weight, x.type,
-                     row_number() OVER (ORDER BY x.weight DESC, x.relationship, x.id) AS ord,
-                     x.exact
+    way = "outgoing" if direction == "out" else "incoming"
+    return f"""(  -- a hub's {way} edges, one index range per tier
+              SELECT x.id, x.relationship, {0 if direction == "out" else 1}, x.weight, x.type,
+                     row_number() OVER (ORDER BY x.tier, x.relationship, x.id),
+                     x.relationship = ANY(CAST(:{direction}_exact AS text[]))
               FROM (
-                (  -- an ordinary node: every edge, each probed; a dropped row bounds the
-                   -- cut exactly as a hub's would (its id only when no other relationship of
-                   -- its weight may follow it), so whether a node counts as a hub, which its
-                   -- unreadable edges decide, never changes what a reader sees (the flag)
-                  SELECT e.id, e.relationship, e.weight, t.type,
-                         e.relationship = ANY(CAST(:{direction}_exact AS text[])) AS exact
-                  FROM (
-                    SELECT e.{far} AS id, e.relationship, {weight} AS weight
-                    FROM edges e
-                    WHERE {gate}NOT deg.{direction}_hub
-                      AND e.org_id = :r_org AND e.{near} = f.id
-                      AND {allowed("e.relationship", denied)}
-                  ) e
-                  CROSS JOIN LATERAL (
-                    SELECT t.type FROM entities t
-                    WHERE t.org_id = :r_org AND t.id = e.id
-                      AND {ENTER}
-                  ) t
-                ) UNION ALL (  -- a hub: one index range per relationship, strongest first
-                  SELECT e.id, e.relationship, e.weight, e.type,
-                         e.relationship = ANY(CAST(:{direction}_exact AS text[]))
-                  FROM unnest(CAST(:{direction}_tiers AS text[])) WITH ORDINALITY AS r(rel, ord)
-                  CROSS JOIN LATERAL (
-                    (
-                      SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
-                      FROM edges e
-                      JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-                      WHERE r.rel IS NOT NULL
-                        AND e.org_id = :r_org AND e.{near} = f.id AND e.relationship = r.rel
-                        AND {allowed("e.relationship", denied)}
-                        AND {ENTER}
-                      ORDER BY e.{far}
-                      LIMIT :hop_cap + 1
-                    ) UNION ALL (  -- every relationship of the default weight, in index order
-                      SELECT e.{far}, e.relationship, {weight}, t.type
-                      FROM edges e
-                      JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-                      WHERE r.rel IS NULL
-                        AND e.org_id = :r_org AND e.{near} = f.id
-                        AND NOT (e.relationship = ANY(CAST(:weighted_rels AS text[])))
-                        AND {allowed("e.relationship", denied)}
-                        AND {ENTER}
-                      ORDER BY e.relationship, e.{far}
-                      LIMIT :hop_cap + 1
-                    )
-                  ) e
-                  WHERE {gate}deg.{direction}_hub
-                  ORDER BY r.ord, e.relationship, e.id
+                SELECT r.tier, e.id, e.relationship, e.weight, e.type
+                FROM unnest(CAST(:{direction}_tier_lo AS text[]),
+                            CAST(:{direction}_tier_hi AS text[])) WITH ORDINALITY AS r(lo, hi, tier)
+                CROSS JOIN LATERAL (
+                  SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
+                  FROM edges e
+                  JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
+                  WHERE e.org_id = :r_org AND e.{near} = f.id
+                    AND e.relationship >= r.lo AND e.relationship <= r.hi
+                    AND (r.lo = r.hi
+                         OR NOT (e.relationship = ANY(CAST(:weighted_rels AS text[]))))
+                    AND {allowed("e.relationship", f"{direction}_denied")}
+                    AND {ENTER}
+                  ORDER BY e.relationship, e.{far}
                   LIMIT :hop_cap + 1
-                )
+                ) e
+                WHERE raw.{direction}_hub
+                ORDER BY r.tier, e.relationship, e.id
+                LIMIT :hop_cap + 1
               ) x
             )"""
 
@@ -199,71 +161,111 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
     FROM walk lvl
     CROSS JOIN LATERAL (
       WITH h AS MATERIALIZED (
-        -- step 1: every allowed hop from each frontier node f into a node t that is readable,
+        -- step 1: the allowed hops from each frontier node f into a node t that is readable,
         -- not retired and inside `project`, each arm in weight order (weight desc,
-        -- relationship, neighbour id) and numbered (`ord`); rows past :hop_cap are never
-        -- entered, they only bound what the cut may have dropped
+        -- relationship, neighbour id), numbered (`ord`) and cut after :hop_cap + 1 rows: the
+        -- first :hop_cap are entered, the next one only bounds what the cut may have dropped
         SELECT f.id AS pred, arm.*
         FROM unnest(CASE WHEN lvl.distance = 0 THEN lvl.ids  -- every seed; then the routes: a
                          ELSE lvl.ids[1:CAST(:level_cap AS int)] END)  -- level's first :level_cap
              AS f(id)
         CROSS JOIN LATERAL (
-          -- is f a hub, either way? (index only, at most :hub_degree + 1 entries read)
-          SELECT f.id NOT LIKE 'passage\_%' AND (
-                   SELECT count(*) FROM (
-                     SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.src_id = f.id
-                     LIMIT :hub_degree + 1) d) > :hub_degree AS out_hub,
-                 f.id NOT LIKE 'passage\_%' AND (
-                   SELECT count(*) FROM (
-                     SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.dst_id = f.id
-                     LIMIT :hub_degree + 1) d) > :hub_degree AS in_hub
-          OFFSET 0  -- a fence: counted once per node, not once in each arm that asks
-        ) deg
+          -- f's first :hub_degree + 1 edges each way, read once (index only): more than
+          -- :hub_degree makes f a hub that way. They are counted before any rule, so what a
+          -- reader may not read never decides it; an ordinary node's edges are all here
+          SELECT o.ids AS out_ids, o.rels AS out_rels,
+                 coalesce(cardinality(o.ids), 0) > :hub_degree AS out_hub,
+                 i.ids AS in_ids, i.rels AS in_rels,
+                 coalesce(cardinality(i.ids), 0) > :hub_degree AS in_hub
+          FROM (
+            SELECT array_agg(e.dst_id) AS ids, array_agg(e.relationship) AS rels
+            FROM (SELECT e.dst_id, e.relationship FROM edges e
+                  WHERE e.org_id = :r_org AND e.src_id = f.id
+                  LIMIT :hub_degree + 1) e
+          ) o
+          CROSS JOIN (
+            SELECT array_agg(e.src_id) AS ids, array_agg(e.relationship) AS rels
+            FROM (SELECT e.src_id, e.relationship FROM edges e
+                  WHERE CAST(:include_incoming AS boolean)
+                    AND e.org_id = :r_org AND e.dst_id = f.id
+                  LIMIT :hub_degree + 1) e
+          ) i
+        ) raw
         CROSS JOIN LATERAL (
-            {_edge_arm("out")}
+            (  -- an ordinary node's edges, both ways: each probed once, numbered per direction
+              SELECT c.id, c.relationship, c.dir_rank, c.weight, c.type, c.ord, c.exact
+              FROM (
+                SELECT c.id, c.relationship, c.dir_rank, c.weight, t.type,
+                       row_number() OVER (PARTITION BY c.dir_rank
+                                          ORDER BY c.weight DESC, c.relationship, c.id) AS ord,
+                       c.relationship = ANY(CASE WHEN c.dir_rank = 0
+                                                 THEN CAST(:out_exact AS text[])
+                                                 ELSE CAST(:in_exact AS text[]) END) AS exact
+                FROM (
+                  SELECT x.id, x.relationship, 0 AS dir_rank,
+                         {WEIGHT.format(rel="x.relationship")} AS weight
+                  FROM unnest(raw.out_ids, raw.out_rels) AS x(id, relationship)
+                  WHERE NOT raw.out_hub AND {allowed("x.relationship", "out_denied")}
+                  UNION ALL
+                  SELECT x.id, x.relationship, 1, {WEIGHT.format(rel="x.relationship")}
+                  FROM unnest(raw.in_ids, raw.in_rels) AS x(id, relationship)
+                  WHERE NOT raw.in_hub AND {allowed("x.relationship", "in_denied")}
+                ) c
+                JOIN entities t ON t.org_id = :r_org AND t.id = c.id AND {ENTER}
+              ) c
+              WHERE c.ord <= :hop_cap + 1
+            )
             UNION ALL
-            {_edge_arm("in")}
-            UNION ALL (  -- outgoing mentions: f mentions t
-              SELECT m.dst_id, 'MENTIONS', 0,
-                     {WEIGHT.format(rel="'MENTIONS'")}, t.type,
-                     row_number() OVER (ORDER BY m.dst_id), true
-              FROM mentions m
-              JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-              WHERE m.org_id = :r_org AND m.src_id = f.id
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed("'MENTIONS'", "out_denied")}
-                AND {ENTER}
-              ORDER BY m.dst_id
-              LIMIT :hop_cap + 1
+            {_hub_arm("out")}
+            UNION ALL
+            {_hub_arm("in")}
+            UNION ALL (  -- outgoing mentions: f mentions t (one weight: index order)
+              SELECT m.id, 'MENTIONS', 0, {WEIGHT.format(rel="'MENTIONS'")}, m.type,
+                     row_number() OVER (ORDER BY m.id), true
+              FROM (
+                SELECT m.dst_id AS id, t.type
+                FROM mentions m
+                JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
+                WHERE m.org_id = :r_org AND m.src_id = f.id
+                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                  AND {allowed("'MENTIONS'", "out_denied")}
+                  AND {ENTER}
+                ORDER BY m.dst_id
+                LIMIT :hop_cap + 1
+              ) m
             ) UNION ALL (  -- incoming mentions: t mentions f
-              SELECT m.src_id, 'MENTIONS', 1,
-                     {WEIGHT.format(rel="'MENTIONS'")}, t.type,
-                     row_number() OVER (ORDER BY m.src_id), true
-              FROM mentions m
-              JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
-              WHERE CAST(:include_incoming AS boolean)
-                AND m.org_id = :r_org AND m.dst_id = f.id
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed("'MENTIONS'", "in_denied")}
-                AND {ENTER}
-              ORDER BY m.src_id
-              LIMIT :hop_cap + 1
+              SELECT m.id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}, m.type,
+                     row_number() OVER (ORDER BY m.id), true
+              FROM (
+                SELECT m.src_id AS id, t.type
+                FROM mentions m
+                JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
+                WHERE CAST(:include_incoming AS boolean)
+                  AND m.org_id = :r_org AND m.dst_id = f.id
+                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                  AND {allowed("'MENTIONS'", "in_denied")}
+                  AND {ENTER}
+                ORDER BY m.src_id
+                LIMIT :hop_cap + 1
+              ) m
             ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
-              SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                     {WEIGHT.format(rel="'SHARES_COMMUNITY'")}, t.type,
-                     row_number() OVER (ORDER BY c2.entity_id, c2.community_id), true
-              FROM community_members c1
-              JOIN community_members c2
-                ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-              JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
-              WHERE lvl.distance = 0
-                AND c1.org_id = :r_org AND c1.entity_id = f.id
-                AND c2.entity_id <> f.id  -- not its own co-member
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
-                AND {ENTER}
-              ORDER BY c2.entity_id, c2.community_id
-              LIMIT :hop_cap + 1
+              SELECT c.id, 'SHARES_COMMUNITY', 0, {WEIGHT.format(rel="'SHARES_COMMUNITY'")},
+                     c.type, row_number() OVER (ORDER BY c.id), true
+              FROM (
+                SELECT DISTINCT c2.entity_id AS id, t.type
+                FROM community_members c1
+                JOIN community_members c2
+                  ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
+                JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
+                WHERE lvl.distance = 0
+                  AND c1.org_id = :r_org AND c1.entity_id = f.id
+                  AND c2.entity_id <> f.id  -- not its own co-member
+                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                  AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
+                  AND {ENTER}
+                ORDER BY c2.entity_id
+                LIMIT :hop_cap + 1
+              ) c
             ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
               SELECT t.id, {PASSAGE_REL}, 0,
                      {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
@@ -275,20 +277,22 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 AND {allowed(PASSAGE_REL, "out_denied")}
                 AND {ENTER}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
-              SELECT p.id, {PASSAGE_REL}, 1,
-                     {WEIGHT.format(rel=PASSAGE_REL)}, 'passage',
+              SELECT p.id, p.relationship, 1, {WEIGHT.format(rel="p.relationship")}, 'passage',
                      row_number() OVER (ORDER BY p.id), true
-              FROM passages p
-              JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-              WHERE CAST(:include_incoming AS boolean)
-                -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
-                AND CAST(:rel_filter AS text[]) IS NOT NULL
-                AND p.org_id = :r_org AND p.parent_id = f.id
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed(PASSAGE_REL, "in_denied")}
-                AND {ENTER}
-              ORDER BY p.id
-              LIMIT :hop_cap + 1
+              FROM (
+                SELECT p.id, {PASSAGE_REL} AS relationship
+                FROM passages p
+                JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
+                WHERE CAST(:include_incoming AS boolean)
+                  -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
+                  AND CAST(:rel_filter AS text[]) IS NOT NULL
+                  AND p.org_id = :r_org AND p.parent_id = f.id
+                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                  AND {allowed(PASSAGE_REL, "in_denied")}
+                  AND {ENTER}
+                ORDER BY p.id
+                LIMIT :hop_cap + 1
+              ) p
             )
         ) arm
       ),
@@ -301,90 +305,88 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
         WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
         ORDER BY c.id, c.weight DESC, c.relationship, c.dir_rank, c.pred
       ),
-      ranked AS (
-        -- step 3: the level in answer order (weight desc, id). The last level keeps only the
-        -- best :limit + 1 nodes of the asked types (nothing deeper can use the others, and any
-        -- other ranks after them); an earlier level keeps the best :level_cap nodes of any type
-        -- as routes (the next level expands them), and at least :limit + 1 as answers (a level
-        -- cap under the limit stops the walk going deeper, never drops a node already found)
-        SELECT b.*, row_number() OVER (ORDER BY b.weight DESC, b.id) AS rk
-        FROM best b
-        WHERE lvl.distance + 1 < :depth
-           OR CAST(:types AS text[]) IS NULL OR b.type = ANY(CAST(:types AS text[]))
-      ),
-      kept AS (
-        SELECT r.* FROM ranked r
-        WHERE r.rk <= CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
-                           ELSE :limit + 1 END
-      ),
-      cuts AS (
-        -- what the caps of this level may have dropped, as the best (score, distance, id) a
-        -- dropped node could have: a row past :hop_cap (its id bounds the dropped ones only
-        -- when no other relationship of its weight follows it), the first node past those
-        -- kept, the deeper nodes of a kept node past :level_cap (not a route); and when
-        -- something was dropped before the last level, any deeper node
-        SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
-               lvl.distance + 1 AS distance,
-               CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
-        FROM h WHERE h.ord > :hop_cap
-        UNION ALL
-        SELECT {SCORE.format(weight="r.weight", distance="lvl.distance + 1")},
-               lvl.distance + 1, r.id
-        FROM ranked r
-        WHERE lvl.distance + 1 < :depth AND r.rk = greatest(:level_cap, :limit + 1) + 1
-        UNION ALL
-        SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
-               lvl.distance + 2, '' COLLATE "C"
-        FROM ranked r
-        WHERE lvl.distance + 1 < :depth AND r.rk = :level_cap + 1 AND :level_cap < :limit + 1
+      lv AS (
+        -- step 3: the level in answer order (weight desc, id), one node more than it keeps
+        -- (that one bounds the cut). The last level keeps only the best :limit + 1 nodes of
+        -- the asked types (nothing deeper can use the others, and any other ranks after
+        -- them); an earlier level keeps the best :level_cap nodes of any type as routes (the
+        -- next level expands them), and at least :limit + 1 as answers (a level cap under the
+        -- limit stops the walk going deeper, never drops a node already found)
+        SELECT k.keep, b.ids, b.relationships, b.dir_ranks, b.weights, b.preds, b.types
+        FROM (SELECT CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
+                          ELSE :limit + 1 END AS keep) k
+        CROSS JOIN LATERAL (
+          -- in the order of the sorted rows below (one top-N sort, no sort per array)
+          SELECT array_agg(b.id) AS ids, array_agg(b.relationship) AS relationships,
+                 array_agg(b.dir_rank) AS dir_ranks, array_agg(b.weight) AS weights,
+                 array_agg(b.pred) AS preds, array_agg(b.type) AS types
+          FROM (
+            SELECT b.* FROM best b
+            WHERE lvl.distance + 1 < :depth
+               OR CAST(:types AS text[]) IS NULL OR b.type = ANY(CAST(:types AS text[]))
+            ORDER BY b.weight DESC, b.id
+            LIMIT k.keep + 1
+          ) b
+        ) b
       ),
       held AS (
-        -- the best :limit + 1 scores of the asked types seen so far (for the early stop)
-        SELECT array_agg(x.score ORDER BY x.score DESC) AS scores
+        -- the best :limit + 1 scores of the asked types so far (for the early stop), best first
+        SELECT array_agg(x.score) AS scores
         FROM (
           SELECT x.score FROM (
             SELECT u.score FROM unnest(lvl.held) AS u(score)
             UNION ALL
             SELECT {SCORE.format(weight="k.weight", distance="lvl.distance + 1")}
-            FROM kept k
+            FROM lv CROSS JOIN LATERAL unnest(lv.weights[1:lv.keep], lv.types[1:lv.keep])
+              AS k(weight, type)
             WHERE CAST(:types AS text[]) IS NULL OR k.type = ANY(CAST(:types AS text[]))
           ) x
           ORDER BY x.score DESC
           LIMIT :limit + 1
         ) x
+      ),
+      cut AS (
+        -- step 4, what the caps of this level may have dropped, as the best (score,
+        -- distance, id) a dropped node could have: the row after an arm's :hop_cap (its id
+        -- bounds the dropped ones only when no other relationship of its weight follows it),
+        -- the first node past those kept before the last level, and then any deeper node
+        -- (also when a level cap under the limit left nodes out of the routes)
+        SELECT c.score, c.distance, c.id
+        FROM (
+          SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
+                 lvl.distance + 1 AS distance,
+                 CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
+          FROM h WHERE h.ord > :hop_cap
+          UNION ALL
+          SELECT {SCORE.format(weight="lv.weights[lv.keep + 1]", distance="lvl.distance + 1")},
+                 lvl.distance + 1, lv.ids[lv.keep + 1]
+          FROM lv WHERE lvl.distance + 1 < :depth AND cardinality(lv.ids) > lv.keep
+          UNION ALL
+          SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
+                 lvl.distance + 2, '' COLLATE "C"
+          FROM lv
+          WHERE lvl.distance + 1 < :depth
+            AND (cardinality(lv.ids) > least(lv.keep, :level_cap)
+                 OR EXISTS (SELECT 1 FROM h WHERE h.ord > :hop_cap))
+        ) c
+        ORDER BY c.score DESC, c.distance, c.id
+        LIMIT 1
       )
-      SELECT k.ids, k.relationships, k.dir_ranks, k.weights, k.preds, k.types,
+      SELECT lv.ids[1:lv.keep] AS ids, lv.relationships[1:lv.keep] AS relationships,
+             lv.dir_ranks[1:lv.keep] AS dir_ranks, lv.weights[1:lv.keep] AS weights,
+             lv.preds[1:lv.keep] AS preds, lv.types[1:lv.keep] AS types,
              coalesce(held.scores, CAST('{{}}' AS float8[])) AS held,
-             c.score AS cut_score, c.distance AS cut_distance, c.id AS cut_id,
-             -- step 4, the early stop: nothing entered, or :limit + 1 nodes held that no
-             -- deeper node can beat (a node at distance d + 1 scores at most
-             -- score(:max_weight, d + 1); on a tie the shallower node wins)
-             k.ids IS NULL OR coalesce(cardinality(held.scores) > :limit
+             cut.score AS cut_score, cut.distance AS cut_distance, cut.id AS cut_id,
+             -- the early stop: nothing entered, or :limit + 1 nodes held that no deeper node
+             -- can beat (a node at distance d + 1 scores at most score(:max_weight, d + 1);
+             -- on a tie the shallower node wins)
+             lv.ids IS NULL OR coalesce(cardinality(held.scores) > :limit
                AND held.scores[:limit + 1] >=
                  {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
                false) AS done
-      FROM (
-        SELECT array_agg(kept.id ORDER BY kept.rk) AS ids,
-               array_agg(kept.relationship ORDER BY kept.rk) AS relationships,
-               array_agg(kept.dir_rank ORDER BY kept.rk) AS dir_ranks,
-               array_agg(kept.weight ORDER BY kept.rk) AS weights,
-               array_agg(kept.pred ORDER BY kept.rk) AS preds,
-               array_agg(kept.type ORDER BY kept.rk) AS types
-        FROM kept
-      ) k
+      FROM lv
       CROSS JOIN held
-      LEFT JOIN (
-        SELECT cut.score, cut.distance, cut.id
-        FROM (
-          SELECT * FROM cuts
-          UNION ALL  -- a dropped node was a route: any deeper node may differ
-          SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
-                 lvl.distance + 2, '' COLLATE "C"
-          WHERE lvl.distance + 1 < :depth AND EXISTS (SELECT 1 FROM cuts)
-        ) cut
-        ORDER BY cut.score DESC, cut.distance, cut.id
-        LIMIT 1
-      ) c ON true
+      LEFT JOIN cut ON true
     ) nxt
     WHERE lvl.distance < :depth AND NOT lvl.done
 ),
@@ -425,30 +427,52 @@ flags AS (
 )"""
 
 WALK_ANSWER = r"""LEFT JOIN LATERAL (
-    SELECT w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
-           coalesce(te.name, pe.name) AS name,
-           coalesce(te.project_id, pe.project_id) AS project_id,
-           coalesce(te.lifecycle, pe.lifecycle) AS lifecycle,
-           coalesce(te.metadata, CAST('{}' AS jsonb)) AS metadata,
-           -- the preview's first characters only: a long body is not decompressed whole (its
-           -- full length is never needed: it fits iff the prefix is at most :preview_chars)
-           left(coalesce(te.content, pp.content), :preview_chars + 1) AS content_prefix,
-           pp.passage_index, pp.parent_id, pp.breadcrumb, pe.passage_total,
-           CASE WHEN w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1 THEN (
-             -- the community behind a synthetic hop: the smallest one the node shares with
-             -- its predecessor (a seed); both ends already passed the read rule
-             SELECT min(c1.community_id)
-             FROM community_members c1
-             JOIN community_members c2
-               ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-             WHERE c1.org_id = :r_org AND c1.entity_id = w.pred AND c2.entity_id = w.id
-           ) END AS community_id
+    SELECT w.rn, w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
+           coalesce(te.name, pp.name) AS name,
+           coalesce(te.project_id, pp.project_id) AS project_id,
+           coalesce(te.lifecycle, pp.lifecycle) AS lifecycle,
+           coalesce(te.content_prefix, pp.content_prefix) AS content_prefix,
+           -- the neighbour's metadata as the response shows it, as JSON text: a memory's own
+           -- (a passage: its breadcrumb and its parent's passage count), the community behind
+           -- a synthetic hop, and whether the preview was cut
+           CAST(coalesce(te.metadata, jsonb_build_object('breadcrumb', pp.breadcrumb,
+                                                         'passage_total', pp.passage_total))
+                || coalesce(c.community, CAST('{}' AS jsonb))
+                || jsonb_build_object('content_truncated', char_length(
+                     coalesce(te.content_prefix, pp.content_prefix)) > :preview_chars)
+                AS text) AS metadata,
+           pp.passage_index, pp.parent_id, pp.breadcrumb, pp.passage_total
     FROM top w
-    LEFT JOIN entities te ON te.org_id = :r_org AND te.id = w.id
-    LEFT JOIN passages pp ON pp.org_id = :r_org AND pp.id = w.id
-    LEFT JOIN entities pe ON pe.org_id = :r_org AND pe.id = pp.parent_id
-    ORDER BY w.score DESC, w.distance, w.id
+    LEFT JOIN LATERAL (  -- a memory (never a passage id: each table checks its prefix)
+      SELECT te.name, te.project_id, te.lifecycle, te.metadata,
+             -- the preview's first characters only: a long body is not decompressed whole
+             -- (its full length is never needed: it fits iff the prefix is at most
+             -- :preview_chars)
+             left(te.content, :preview_chars + 1) AS content_prefix
+      FROM entities te
+      WHERE w.id NOT LIKE 'passage\_%' AND te.org_id = :r_org AND te.id = w.id
+    ) te ON true
+    LEFT JOIN LATERAL (  -- a passage and its parent
+      SELECT left(pp.content, :preview_chars + 1) AS content_prefix, pp.passage_index,
+             pp.parent_id, pp.breadcrumb, pe.name, pe.project_id, pe.lifecycle, pe.passage_total
+      FROM passages pp
+      JOIN entities pe ON pe.org_id = pp.org_id AND pe.id = pp.parent_id
+      WHERE w.id LIKE 'passage\_%' AND pp.org_id = :r_org AND pp.id = w.id
+    ) pp ON true
+    LEFT JOIN LATERAL (
+      -- the community behind a synthetic hop: the smallest one the node shares with its
+      -- predecessor (a seed); both ends already passed the read rule
+      SELECT jsonb_build_object('community_id', min(c1.community_id)) AS community
+      FROM community_members c1
+      JOIN community_members c2
+        ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
+      WHERE w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1
+        AND c1.org_id = :r_org AND c1.entity_id = w.pred AND c2.entity_id = w.id
+      HAVING min(c1.community_id) IS NOT NULL
+    ) c ON true
+    ORDER BY w.rn
 ) r ON true"""
+
 
 WALK_SQL = text(
     f"""/* sibyl:expand_neighbors */
@@ -509,8 +533,10 @@ sd AS MATERIALIZED (
                  -- one row of the primary key anyway, keep both probes per seed)
                  SELECT 1 FROM entities t
                  WHERE t.org_id = rd.org_id
-                   AND t.id = coalesce((SELECT p.parent_id FROM passages p
-                                        WHERE p.org_id = rd.org_id AND p.id = s.id), s.id)
+                   AND t.id = CASE WHEN s.id LIKE 'passage\\_%'  -- a passage: its parent
+                                   THEN (SELECT p.parent_id FROM passages p
+                                         WHERE p.org_id = rd.org_id AND p.id = s.id)
+                                   ELSE s.id END
                    AND {readable_by("t", "rd")}
                    AND t.lifecycle <> 'retired'
                    AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
@@ -522,8 +548,9 @@ sd AS MATERIALIZED (
     ) x
 ),
 {from_key(WALK_CTES)}
-SELECT rd.key_id, rd.org_id, rd.user_id, rd.role, rd.scopes, rd.k_projects, rd.readable_projects,
-       sd.seeds, f.capped, r.*
+SELECT CASE WHEN r.rn IS NULL OR r.rn = 1 THEN rd.scopes END AS scopes,  -- once, not per row
+       CASE WHEN r.rn IS NULL OR r.rn = 1 THEN sd.seeds END AS seeds,
+       f.capped, r.*
 FROM rd
 CROSS JOIN sd
 CROSS JOIN flags f
@@ -535,7 +562,7 @@ class WalkRow(NamedTuple):
     """One neighbor row of the walk, before presentation (preview, names) by the domain.
 
     A named tuple: built from the answer's columns by position, once per returned row of every
-    expand (a frozen dataclass and a column lookup by name cost ~0.4 ms a request, issue 15)."""
+    expand (a frozen dataclass and a column lookup by name cost ~0.4 ms a request)."""
 
     id: str
     distance: int
@@ -546,18 +573,21 @@ class WalkRow(NamedTuple):
     name: str
     project_id: str | None
     lifecycle: str
-    metadata: dict[str, Any]
+    metadata: str
+    """The metadata the response shows, as a JSON object's text (made by the statement: the
+    memory's own, or a passage's breadcrumb and count; ``community_id`` behind a synthetic hop;
+    ``content_truncated``)."""
     content_prefix: str
     content_length: int  # len(content_prefix): more than the budget iff the body does not fit
     passage_index: int | None
     parent_id: str | None
     breadcrumb: str | None
     passage_total: int | None
-    community_id: str | None = None  # for a SHARES_COMMUNITY hop: the community it went through
 
 
 # The columns of WALK_ANSWER (`r.*`), in order: the last columns of both walk statements.
 ANSWER_COLUMNS = (
+    "rn",
     "id",
     "distance",
     "relationship",
@@ -567,13 +597,12 @@ ANSWER_COLUMNS = (
     "name",
     "project_id",
     "lifecycle",
-    "metadata",
     "content_prefix",
+    "metadata",
     "passage_index",
     "parent_id",
     "breadcrumb",
     "passage_total",
-    "community_id",
 )
 
 
@@ -612,10 +641,10 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> WalkAnswe
 
 @dataclass(frozen=True)
 class KeyedWalk:
-    """What :data:`KEYED_WALK_SQL` answers: the reader of the key (None: unknown or revoked),
+    """What :data:`KEYED_WALK_SQL` answers: the scopes of the key (None: unknown or revoked),
     the seeds it may walk from (request order; empty without the ``read`` scope), the rows."""
 
-    reader: Reader | None
+    scopes: frozenset[str] | None
     seeds: list[str]
     rows: list[WalkRow]
     capped: bool
@@ -629,9 +658,10 @@ async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, objec
     rows = (await conn.execute(KEYED_WALK_SQL, {**params, "key_hash": hash_key(key)})).all()
     if not rows:
         return KeyedWalk(None, [], [], False)
-    first = rows[0]
-    seeds = list(first.seeds or [])
-    return KeyedWalk(reader_of(first), seeds, _walk_rows(rows), bool(first.capped))
+    first = rows[0]  # the key's scopes and the seeds come with the first row only
+    return KeyedWalk(
+        frozenset(first.scopes), list(first.seeds or []), _walk_rows(rows), bool(first.capped)
+    )
 
 
 def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
@@ -644,6 +674,7 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
     out: list[WalkRow] = []
     for r in rows:
         (
+            _rn,
             id_,
             distance,
             rel,
@@ -653,13 +684,12 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
             name,
             project_id,
             lifecycle,
-            metadata,
             prefix,
+            metadata,
             passage_index,
             parent_id,
             breadcrumb,
             passage_total,
-            community_id,
         ) = r[start:]
         if id_ is None:
             continue
@@ -674,7 +704,7 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
                 name,
                 project_id,
                 lifecycle,
-                dict(metadata),
+                metadata,
                 prefix,
                 # content_prefix holds :preview_chars + 1 characters of a longer body: as a
                 # length, its own tells whether the body fits (app.domain.preview.preview_prefix)
@@ -683,7 +713,6 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
                 parent_id,
                 breadcrumb,
                 passage_total,
-                community_id,
             )
         )
     return out
