@@ -29,29 +29,23 @@ from app.repo import walk as walk_repo
 @functools.lru_cache(maxsize=256)
 def _policy_params(relationship_types: tuple[str, ...] | None) -> dict[str, object]:
     """The walk's parameters that depend only on the policy and ``relationship_types``: the
-    direction rules, the weights, the hub tiers (computed once per distinct filter)."""
+    direction rules and a hub's tiers (computed once per distinct filter; without a filter the
+    tiers are the statement's own defaults, NULL here)."""
     named = list(relationship_types) if relationship_types is not None else None
     rules = policy.hop_rules(named)
-    rels, weights = policy.weight_arrays()
-    out_lo, out_hi = policy.hop_order(rules, outgoing=True).ranges()
-    in_lo, in_hi = policy.hop_order(rules, outgoing=False).ranges()
+    tiers: dict[str, object] = dict.fromkeys(
+        ("out_tier_lo", "out_tier_hi", "out_exact", "in_tier_lo", "in_tier_hi", "in_exact")
+    )
+    if named is not None:
+        for way, outgoing in (("out", True), ("in", False)):
+            order = policy.hop_order(rules, outgoing=outgoing)
+            tiers[f"{way}_tier_lo"], tiers[f"{way}_tier_hi"] = order.ranges()
+            tiers[f"{way}_exact"] = order.exact
     return {
         "rel_filter": rules.rel_filter,
         "out_denied": rules.out_denied,
         "in_denied": rules.in_denied,
-        "pol_rels": rels,
-        "pol_weights": weights,
-        "default_weight": policy.UNKNOWN_WEIGHT,
-        "decay": policy.DECAY,
-        "score_min": policy.SCORE_MIN,
-        "score_max": policy.SCORE_MAX,
-        "out_tier_lo": out_lo,
-        "out_tier_hi": out_hi,
-        "out_exact": policy.hop_order(rules, outgoing=True).exact,
-        "in_tier_lo": in_lo,
-        "in_tier_hi": in_hi,
-        "in_exact": policy.hop_order(rules, outgoing=False).exact,
-        "weighted_rels": policy.weighted_relationships(),
+        **tiers,
         "max_weight": policy.max_weight(named),
     }
 

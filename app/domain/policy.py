@@ -169,9 +169,10 @@ def hop_rules(relationship_types: list[str] | None) -> HopRules:
     )
 
 
-NAME_ABOVE_ALL = "\U0010ffff"
+NAME_ABOVE_ALL = "~"
 """A string above every relationship name in byte order (the ``C`` collation of the column):
-the highest code point, which no name holds (names are ``[A-Za-z0-9_]``)."""
+a stored name is ``[A-Za-z0-9_]`` (:func:`app.domain.validation.stored_relationship`), every
+character of which is below ``~``."""
 
 
 @dataclass(frozen=True)

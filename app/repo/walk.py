@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.domain import policy
 from app.repo.readers import READER_BY_KEY, hash_key
 from app.repo.readrule import readable, readable_by
 
@@ -79,10 +80,48 @@ ENTER = f"""t.lifecycle <> 'retired'
           AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
           AND {readable("t")}"""
 
+
+def _float(value: float) -> str:
+    """A float8 constant of exactly ``value`` (its shortest repr reads back to the same double)."""
+    return f"CAST('{value!r}' AS float8)"
+
+
+def _text_array(values: list[str]) -> str:
+    """A text[] constant of policy names (``[A-Z_]``, checked: no quoting needed)."""
+    for v in values:
+        if not re.fullmatch(r"[A-Za-z0-9_~]*", v):
+            raise ValueError(f"not a policy name: {v!r}")
+    return "CAST('{" + ",".join(f'"{v}"' for v in values) + "}' AS text[])"
+
+
+# W(rel) of §4: the policy table as constants of the statement (the same for every request, so
+# they are not sent with each one), strongest first; any other name weighs the default.
 WEIGHT = (
-    "coalesce((CAST(:pol_weights AS float8[]))[array_position(CAST(:pol_rels AS text[]), {rel})],"
-    " CAST(:default_weight AS float8))"
+    "(CASE {rel} "
+    + " ".join(
+        f"WHEN '{rel}' THEN {_float(p.weight)}"
+        for rel, p in sorted(policy.RELATIONSHIPS.items(), key=lambda kv: (-kv[1].weight, kv[0]))
+        if p.weight != policy.UNKNOWN_WEIGHT
+    )
+    + f" ELSE {_float(policy.UNKNOWN_WEIGHT)} END)"
 )
+WEIGHTED = _text_array(policy.weighted_relationships())
+"""The relationships whose weight is not the default one (a hub reads each alone)."""
+_OUT_DEFAULT = policy.hop_order(policy.hop_rules(None), outgoing=True)
+_IN_DEFAULT = policy.hop_order(policy.hop_rules(None), outgoing=False)
+_DEFAULT_TIERS = {  # a hub's tiers and exact relationships when no relationship is named
+    "out_tier_lo": _text_array(_OUT_DEFAULT.ranges()[0]),
+    "out_tier_hi": _text_array(_OUT_DEFAULT.ranges()[1]),
+    "out_exact": _text_array(_OUT_DEFAULT.exact),
+    "in_tier_lo": _text_array(_IN_DEFAULT.ranges()[0]),
+    "in_tier_hi": _text_array(_IN_DEFAULT.ranges()[1]),
+    "in_exact": _text_array(_IN_DEFAULT.exact),
+}
+
+
+def _tiers(name: str) -> str:
+    """SQL: the bound tier array ``name``, or (NULL: no relationship named) the default one."""
+    return f"coalesce(CAST(:{name} AS text[]), {_DEFAULT_TIERS[name]})"
 
 
 def allowed(rel: str, denied: str) -> str:
@@ -98,8 +137,8 @@ PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE '
 # score(rel, d) of §4 for a weight and a distance, as every part of the walk computes it (the same
 # float8 expression everywhere, so the comparisons of the early stop and of the flag are exact).
 SCORE = (
-    "least(greatest(({weight}) * power(CAST(:decay AS float8), ({distance}) - 1),"
-    " CAST(:score_min AS float8)), CAST(:score_max AS float8))"
+    f"least(greatest(({{weight}}) * power({_float(policy.DECAY)}, ({{distance}}) - 1),"
+    f" {_float(policy.SCORE_MIN)}), {_float(policy.SCORE_MAX)})"
 )
 
 
@@ -119,11 +158,11 @@ def _hub_arm(direction: str) -> str:
     return f"""(  -- a hub's {way} edges, one index range per tier
               SELECT x.id, x.relationship, {0 if direction == "out" else 1}, x.weight, x.type,
                      row_number() OVER (ORDER BY x.tier, x.relationship, x.id),
-                     x.relationship = ANY(CAST(:{direction}_exact AS text[]))
+                     x.relationship = ANY({_tiers(f"{direction}_exact")})
               FROM (
                 SELECT r.tier, e.id, e.relationship, e.weight, e.type
-                FROM unnest(CAST(:{direction}_tier_lo AS text[]),
-                            CAST(:{direction}_tier_hi AS text[])) WITH ORDINALITY AS r(lo, hi, tier)
+                FROM unnest({_tiers(f"{direction}_tier_lo")},
+                            {_tiers(f"{direction}_tier_hi")}) WITH ORDINALITY AS r(lo, hi, tier)
                 CROSS JOIN LATERAL (
                   SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
                   FROM edges e
@@ -131,7 +170,7 @@ def _hub_arm(direction: str) -> str:
                   WHERE e.org_id = :r_org AND e.{near} = f.id
                     AND e.relationship >= r.lo AND e.relationship <= r.hi
                     AND (r.lo = r.hi
-                         OR NOT (e.relationship = ANY(CAST(:weighted_rels AS text[]))))
+                         OR NOT (e.relationship = ANY({WEIGHTED})))
                     AND {allowed("e.relationship", f"{direction}_denied")}
                     AND {ENTER}
                   ORDER BY e.relationship, e.{far}
@@ -199,8 +238,8 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                        row_number() OVER (PARTITION BY c.dir_rank
                                           ORDER BY c.weight DESC, c.relationship, c.id) AS ord,
                        c.relationship = ANY(CASE WHEN c.dir_rank = 0
-                                                 THEN CAST(:out_exact AS text[])
-                                                 ELSE CAST(:in_exact AS text[]) END) AS exact
+                                                 THEN {_tiers("out_exact")}
+                                                 ELSE {_tiers("in_exact")} END) AS exact
                 FROM (
                   SELECT x.id, x.relationship, 0 AS dir_rank,
                          {WEIGHT.format(rel="x.relationship")} AS weight
