@@ -16,7 +16,6 @@ checks that the request ends, quickly, with 503 + ``Retry-After`` and a clear me
 from __future__ import annotations
 
 import json
-
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any

@@ -79,6 +79,12 @@ ORDER BY s.ord"""
 ENTER = f"""t.lifecycle <> 'retired'
           AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
           AND {readable("t")}"""
+# The same conditions inside the walk, where the reader comes with every level's row (`lvl`:
+# org_id, user_id, readable_projects, k_projects), so that the statement that computes the
+# reader from an API key needs no sub-select of it at each place the rule is applied.
+ENTER_LVL = f"""t.lifecycle <> 'retired'
+          AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+          AND {readable_by("t", "lvl")}"""
 
 
 def _float(value: float) -> str:
@@ -148,8 +154,8 @@ def _hub_arm(direction: str) -> str:
     ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. One
     index range per tier (``:<dir>_tier_lo``/``:<dir>_tier_hi``: one relationship, or for the
     default weight every relationship between ``''`` and a bound above any name, the weighted
-    ones skipped), strongest tier first, each range stopping at ``:hop_cap + 1`` rows that pass
-    the read rule, and the arm stops at ``:hop_cap + 1`` rows: its work is bounded by the cap,
+    ones skipped), strongest tier first, each range stopping at ``lvl.hop_cap + 1`` rows that pass
+    the read rule, and the arm stops at ``lvl.hop_cap + 1`` rows: its work is bounded by the cap,
     not by the degree. The rows are those an ordinary node's arm gives, in the same order.
     """
     near, far = ("src_id", "dst_id") if direction == "out" else ("dst_id", "src_id")
@@ -167,18 +173,18 @@ def _hub_arm(direction: str) -> str:
                   SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
                   FROM edges e
                   JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-                  WHERE e.org_id = :r_org AND e.{near} = f.id
+                  WHERE e.org_id = lvl.org_id AND e.{near} = f.id
                     AND e.relationship >= r.lo AND e.relationship <= r.hi
                     AND (r.lo = r.hi
                          OR NOT (e.relationship = ANY({WEIGHTED})))
                     AND {allowed("e.relationship", f"{direction}_denied")}
-                    AND {ENTER}
+                    AND {ENTER_LVL}
                   ORDER BY e.relationship, e.{far}
-                  LIMIT :hop_cap + 1
+                  LIMIT lvl.hop_cap + 1
                 ) e
                 WHERE raw.{direction}_hub
                 ORDER BY r.tier, e.relationship, e.id
-                LIMIT :hop_cap + 1
+                LIMIT lvl.hop_cap + 1
               ) x
             )"""
 
@@ -186,24 +192,29 @@ def _hub_arm(direction: str) -> str:
 # The walk's CTEs (walk, nodes, top, flags) and its answer (the rows of `top` with what the
 # response shows of each), shared by WALK_SQL and KEYED_WALK_SQL.
 WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
-                    held, cut_score, cut_distance, cut_id, done) AS (
-    -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays
-    SELECT 0, CAST(:seed_ids AS text[]) COLLATE "C", CAST('{{}}' AS text[]) COLLATE "C",
+                    held, cut_score, cut_distance, cut_id, done,
+                    org_id, user_id, readable_projects, k_projects, hop_cap) AS (
+    -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays,
+    -- and the reader and the hop cap (`wr`), which every step reads
+    SELECT 0, wr.seeds, CAST('{{}}' AS text[]) COLLATE "C",
            CAST('{{}}' AS int[]), CAST('{{}}' AS float8[]), CAST('{{}}' AS text[]) COLLATE "C",
-           CAST('{{}}' AS text[]), CAST(:seed_ids AS text[]) COLLATE "C",
+           CAST('{{}}' AS text[]), wr.seeds,
            CAST('{{}}' AS float8[]), CAST(NULL AS float8), CAST(NULL AS int),
-           CAST(NULL AS text) COLLATE "C", false
+           CAST(NULL AS text) COLLATE "C", false,
+           wr.org_id, wr.user_id, wr.readable_projects, wr.k_projects, wr.hop_cap
+    FROM wr
   UNION ALL
     SELECT lvl.distance + 1, nxt.ids, nxt.relationships, nxt.dir_ranks, nxt.weights, nxt.preds,
            nxt.types, lvl.visited || coalesce(nxt.ids, CAST('{{}}' AS text[])), nxt.held,
-           nxt.cut_score, nxt.cut_distance, nxt.cut_id, nxt.done
+           nxt.cut_score, nxt.cut_distance, nxt.cut_id, nxt.done,
+           lvl.org_id, lvl.user_id, lvl.readable_projects, lvl.k_projects, lvl.hop_cap
     FROM walk lvl
     CROSS JOIN LATERAL (
       WITH h AS MATERIALIZED (
         -- step 1: the allowed hops from each frontier node f into a node t that is readable,
         -- not retired and inside `project`, each arm in weight order (weight desc,
-        -- relationship, neighbour id), numbered (`ord`) and cut after :hop_cap + 1 rows: the
-        -- first :hop_cap are entered, the next one only bounds what the cut may have dropped
+        -- relationship, neighbour id), numbered (`ord`) and cut after lvl.hop_cap + 1 rows: the
+        -- first lvl.hop_cap are entered, the next one only bounds what the cut may have dropped
         SELECT f.id AS pred, arm.*
         FROM unnest(CASE WHEN lvl.distance = 0 THEN lvl.ids  -- every seed; then the routes: a
                          ELSE lvl.ids[1:CAST(:level_cap AS int)] END)  -- level's first :level_cap
@@ -219,14 +230,14 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
           FROM (
             SELECT array_agg(e.dst_id) AS ids, array_agg(e.relationship) AS rels
             FROM (SELECT e.dst_id, e.relationship FROM edges e
-                  WHERE e.org_id = :r_org AND e.src_id = f.id
+                  WHERE e.org_id = lvl.org_id AND e.src_id = f.id
                   LIMIT :hub_degree + 1) e
           ) o
           CROSS JOIN (
             SELECT array_agg(e.src_id) AS ids, array_agg(e.relationship) AS rels
             FROM (SELECT e.src_id, e.relationship FROM edges e
                   WHERE CAST(:include_incoming AS boolean)
-                    AND e.org_id = :r_org AND e.dst_id = f.id
+                    AND e.org_id = lvl.org_id AND e.dst_id = f.id
                   LIMIT :hub_degree + 1) e
           ) i
         ) raw
@@ -250,9 +261,9 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                   FROM unnest(raw.in_ids, raw.in_rels) AS x(id, relationship)
                   WHERE NOT raw.in_hub AND {allowed("x.relationship", "in_denied")}
                 ) c
-                JOIN entities t ON t.org_id = :r_org AND t.id = c.id AND {ENTER}
+                JOIN entities t ON t.org_id = lvl.org_id AND t.id = c.id AND {ENTER_LVL}
               ) c
-              WHERE c.ord <= :hop_cap + 1
+              WHERE c.ord <= lvl.hop_cap + 1
             )
             UNION ALL
             {_hub_arm("out")}
@@ -265,12 +276,12 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 SELECT m.dst_id AS id, t.type
                 FROM mentions m
                 JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-                WHERE m.org_id = :r_org AND m.src_id = f.id
+                WHERE m.org_id = lvl.org_id AND m.src_id = f.id
                   AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                   AND {allowed("'MENTIONS'", "out_denied")}
-                  AND {ENTER}
+                  AND {ENTER_LVL}
                 ORDER BY m.dst_id
-                LIMIT :hop_cap + 1
+                LIMIT lvl.hop_cap + 1
               ) m
             ) UNION ALL (  -- incoming mentions: t mentions f
               SELECT m.id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}, m.type,
@@ -280,12 +291,12 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 FROM mentions m
                 JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
                 WHERE CAST(:include_incoming AS boolean)
-                  AND m.org_id = :r_org AND m.dst_id = f.id
+                  AND m.org_id = lvl.org_id AND m.dst_id = f.id
                   AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                   AND {allowed("'MENTIONS'", "in_denied")}
-                  AND {ENTER}
+                  AND {ENTER_LVL}
                 ORDER BY m.src_id
-                LIMIT :hop_cap + 1
+                LIMIT lvl.hop_cap + 1
               ) m
             ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
               SELECT c.id, 'SHARES_COMMUNITY', 0, {WEIGHT.format(rel="'SHARES_COMMUNITY'")},
@@ -297,13 +308,13 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                   ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
                 JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
                 WHERE lvl.distance = 0
-                  AND c1.org_id = :r_org AND c1.entity_id = f.id
+                  AND c1.org_id = lvl.org_id AND c1.entity_id = f.id
                   AND c2.entity_id <> f.id  -- not its own co-member
                   AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                   AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
-                  AND {ENTER}
+                  AND {ENTER_LVL}
                 ORDER BY c2.entity_id
-                LIMIT :hop_cap + 1
+                LIMIT lvl.hop_cap + 1
               ) c
             ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
               SELECT t.id, {PASSAGE_REL}, 0,
@@ -312,9 +323,9 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE f.id LIKE 'passage\_%'  -- only passages have a parent
-                AND p.org_id = :r_org AND p.id = f.id
+                AND p.org_id = lvl.org_id AND p.id = f.id
                 AND {allowed(PASSAGE_REL, "out_denied")}
-                AND {ENTER}
+                AND {ENTER_LVL}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
               SELECT p.id, p.relationship, 1, {WEIGHT.format(rel="p.relationship")}, 'passage',
                      row_number() OVER (ORDER BY p.id), true
@@ -325,12 +336,12 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 WHERE CAST(:include_incoming AS boolean)
                   -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
                   AND CAST(:rel_filter AS text[]) IS NOT NULL
-                  AND p.org_id = :r_org AND p.parent_id = f.id
+                  AND p.org_id = lvl.org_id AND p.parent_id = f.id
                   AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                   AND {allowed(PASSAGE_REL, "in_denied")}
-                  AND {ENTER}
+                  AND {ENTER_LVL}
                 ORDER BY p.id
-                LIMIT :hop_cap + 1
+                LIMIT lvl.hop_cap + 1
               ) p
             )
         ) arm
@@ -339,7 +350,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
         -- step 2: each unvisited node's best hop from the previous level: highest weight,
         -- then relationship name, outgoing before incoming, then predecessor id
         SELECT DISTINCT ON (c.id) c.id, c.relationship, c.dir_rank, c.weight, c.pred, c.type
-        FROM (SELECT * FROM h WHERE h.ord <= :hop_cap OFFSET 0) c  -- a fence: anti-join once
+        FROM (SELECT * FROM h WHERE h.ord <= lvl.hop_cap OFFSET 0) c  -- a fence: anti-join once
         LEFT JOIN unnest(lvl.visited) AS v(id) ON v.id = c.id
         WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
         ORDER BY c.id, c.weight DESC, c.relationship, c.dir_rank, c.pred
@@ -386,7 +397,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
       ),
       cut AS (
         -- step 4, what the caps of this level may have dropped, as the best (score,
-        -- distance, id) a dropped node could have: the row after an arm's :hop_cap (its id
+        -- distance, id) a dropped node could have: the row after an arm's lvl.hop_cap (its id
         -- bounds the dropped ones only when no other relationship of its weight follows it),
         -- the first node past those kept before the last level, and then any deeper node
         -- (also when a level cap under the limit left nodes out of the routes)
@@ -395,7 +406,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
           SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
                  lvl.distance + 1 AS distance,
                  CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
-          FROM h WHERE h.ord > :hop_cap
+          FROM h WHERE h.ord > lvl.hop_cap
           UNION ALL
           SELECT {SCORE.format(weight="lv.weights[lv.keep + 1]", distance="lvl.distance + 1")},
                  lvl.distance + 1, lv.ids[lv.keep + 1]
@@ -406,7 +417,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
           FROM lv
           WHERE lvl.distance + 1 < :depth
             AND (cardinality(lv.ids) > least(lv.keep, :level_cap)
-                 OR EXISTS (SELECT 1 FROM h WHERE h.ord > :hop_cap))
+                 OR EXISTS (SELECT 1 FROM h WHERE h.ord > lvl.hop_cap))
         ) c
         ORDER BY c.score DESC, c.distance, c.id
         LIMIT 1
@@ -482,6 +493,7 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
                 AS text) AS metadata,
            pp.passage_index, pp.parent_id, pp.breadcrumb, pp.passage_total
     FROM top w
+    CROSS JOIN wr
     LEFT JOIN LATERAL (  -- a memory (never a passage id: each table checks its prefix)
       SELECT te.name, te.project_id, te.lifecycle, te.metadata,
              -- the preview's first characters only: a long body is not decompressed whole
@@ -489,14 +501,14 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
              -- :preview_chars)
              left(te.content, :preview_chars + 1) AS content_prefix
       FROM entities te
-      WHERE w.id NOT LIKE 'passage\_%' AND te.org_id = :r_org AND te.id = w.id
+      WHERE w.id NOT LIKE 'passage\_%' AND te.org_id = wr.org_id AND te.id = w.id
     ) te ON true
     LEFT JOIN LATERAL (  -- a passage and its parent
       SELECT left(pp.content, :preview_chars + 1) AS content_prefix, pp.passage_index,
              pp.parent_id, pp.breadcrumb, pe.name, pe.project_id, pe.lifecycle, pe.passage_total
       FROM passages pp
       JOIN entities pe ON pe.org_id = pp.org_id AND pe.id = pp.parent_id
-      WHERE w.id LIKE 'passage\_%' AND pp.org_id = :r_org AND pp.id = w.id
+      WHERE w.id LIKE 'passage\_%' AND pp.org_id = wr.org_id AND pp.id = w.id
     ) pp ON true
     LEFT JOIN LATERAL (
       -- the community behind a synthetic hop: the smallest one the node shares with its
@@ -506,7 +518,7 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
       JOIN community_members c2
         ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
       WHERE w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1
-        AND c1.org_id = :r_org AND c1.entity_id = w.pred AND c2.entity_id = w.id
+        AND c1.org_id = wr.org_id AND c1.entity_id = w.pred AND c2.entity_id = w.id
       HAVING min(c1.community_id) IS NOT NULL
     ) c ON true
     ORDER BY w.rn
@@ -515,42 +527,31 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
 
 WALK_SQL = text(
     f"""/* sibyl:expand_neighbors */
-WITH RECURSIVE {WALK_CTES}
+WITH RECURSIVE wr AS (
+    -- the reader, the resolved seeds and the hop cap, as bound
+    SELECT CAST(:r_org AS text) COLLATE "C" AS org_id, CAST(:r_user AS text) AS user_id,
+           CAST(:r_projects AS text[]) AS readable_projects,
+           CASE WHEN CAST(:r_restricted AS boolean) THEN CAST('{{}}' AS text[]) END AS k_projects,
+           CAST(:seed_ids AS text[]) COLLATE "C" AS seeds, CAST(:hop_cap AS int) AS hop_cap
+),
+{WALK_CTES}
 SELECT f.capped, f.caps_cut, r.*
 FROM flags f
 {WALK_ANSWER}"""
 )
 
 
-# The REST expand in ONE statement (issue 15): the reader row of the API key, the seeds it may
-# walk from, and the walk, as WALK_SQL with every value of the reader and the seeds taken from
-# the statement's own `rd` and `sd` instead of bound parameters. One statement is one snapshot,
-# so it needs no transaction (BEGIN and COMMIT were two of the request's four round trips), and
-# it is sent on connections whose plan mode is generic (app.core.db.statement_engine): it is
-# planned once per connection, then only executed. No cache of keys: a revoked or unknown key has
-# no `rd` row, so the statement returns no row at all and reads nothing (401); a key without the
-# `read` scope has no seeds (NULL), so nothing is read either (403). The read rule gates the seeds
-# and every step of the walk exactly as in WALK_SQL (the same fragment, with the reader's values
-# as one-row sub-selects of `rd`). The hop cap is sized from the resolved seeds as
-# app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured cap, or NULL).
-_FROM_KEY = {  # a bound parameter of WALK_SQL → the same value, computed by this statement
-    r"CAST\(:r_projects AS text\[\]\)": "CAST((SELECT rd.readable_projects FROM rd) AS text[])",
-    r":r_org\b": "(SELECT rd.org_id FROM rd)",
-    r":r_user\b": "(SELECT rd.user_id FROM rd)",
-    r":r_restricted\b": "(SELECT rd.k_projects IS NOT NULL FROM rd)",
-    r"CAST\(:seed_ids AS text\[\]\)": "(SELECT sd.seeds FROM sd)",
-    r":hop_cap\b": "(SELECT sd.hop_cap FROM sd)",
-}
-
-
-def from_key(sql: str) -> str:
-    """``sql`` (a part of the walk) with the bound reader and seeds replaced by the values
-    :data:`KEYED_WALK_SQL` computes (``_FROM_KEY``)."""
-    for bound, computed in _FROM_KEY.items():
-        sql = re.sub(bound, computed, sql)
-    return sql
-
-
+# The REST and MCP expand in ONE statement: the reader row of the API key, the seeds it may
+# walk from, and the walk, as WALK_SQL with the reader, the seeds and the hop cap (`wr`) computed
+# by the statement's own `rd` and `sd` instead of bound. One statement is one snapshot, so it
+# needs no transaction, and it is sent on connections whose plan mode is generic
+# (app.core.db.statement_engine): it is planned once per connection, then only executed. No cache
+# of keys: a revoked or unknown key has no `rd` row, so the statement returns no row at all and
+# reads nothing (401); a key without the `read` scope has no seeds (NULL), so nothing is read
+# either (403). The read rule gates the seeds and every step of the walk exactly as in WALK_SQL
+# (the same fragment; the walk reads the reader from its own rows). The hop cap is sized from
+# the resolved seeds as app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured
+# cap, or NULL).
 KEYED_WALK_SQL = text(
     f"""/* sibyl:expand_neighbors.keyed */
 WITH RECURSIVE rd AS MATERIALIZED (
@@ -586,14 +587,20 @@ sd AS MATERIALIZED (
       OFFSET 0  -- a fence: the seeds are resolved once, not once per use of x.seeds
     ) x
 ),
-{from_key(WALK_CTES)}
+wr AS (
+    SELECT rd.org_id, rd.user_id, rd.readable_projects, rd.k_projects,
+           sd.seeds COLLATE "C" AS seeds,
+           sd.hop_cap
+    FROM rd CROSS JOIN sd
+),
+{WALK_CTES}
 SELECT CASE WHEN r.rn IS NULL OR r.rn = 1 THEN rd.scopes END AS scopes,  -- once, not per row
        CASE WHEN r.rn IS NULL OR r.rn = 1 THEN sd.seeds END AS seeds,
        f.capped, r.*
 FROM rd
 CROSS JOIN sd
 CROSS JOIN flags f
-{from_key(WALK_ANSWER)}"""
+{WALK_ANSWER}"""
 )
 
 
