@@ -163,9 +163,13 @@ def _hub_arm(direction: str) -> str:
     way = "outgoing" if direction == "out" else "incoming"
     return f"""(  -- a hub's {way} edges, one index range per tier
               SELECT x.id, x.relationship, {0 if direction == "out" else 1}, x.weight, x.type,
-                     row_number() OVER (ORDER BY x.tier, x.relationship, x.id),
+                     row_number() OVER (ORDER BY x.tier),
                      x.relationship = ANY({_tiers(f"{direction}_exact")})
               FROM (
+                -- the tiers in order, each range in (relationship, neighbour) order: the rows
+                -- come in weight order as they are read, and the arm stops at its
+                -- (hop cap + 1)th (no sort, which would read the next tiers to close the
+                -- last one's group: a whole range of the node for the default weight)
                 SELECT r.tier, e.id, e.relationship, e.weight, e.type
                 FROM unnest({_tiers(f"{direction}_tier_lo")},
                             {_tiers(f"{direction}_tier_hi")}) WITH ORDINALITY AS r(lo, hi, tier)
@@ -182,10 +186,10 @@ def _hub_arm(direction: str) -> str:
                   ORDER BY e.relationship, e.{far}
                   LIMIT lvl.hop_cap + 1
                 ) e
-                WHERE raw.{direction}_hub
-                ORDER BY r.tier, e.relationship, e.id
+                ORDER BY r.tier
                 LIMIT lvl.hop_cap + 1
               ) x
+              WHERE raw.{direction}_hub  -- checked once per node, above the arm
             )"""
 
 
@@ -277,12 +281,12 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 FROM mentions m
                 JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
                 WHERE m.org_id = lvl.org_id AND m.src_id = f.id
-                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                  AND {allowed("'MENTIONS'", "out_denied")}
                   AND {ENTER_LVL}
                 ORDER BY m.dst_id
                 LIMIT lvl.hop_cap + 1
               ) m
+              WHERE f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                AND {allowed("'MENTIONS'", "out_denied")}
             ) UNION ALL (  -- incoming mentions: t mentions f
               SELECT m.id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}, m.type,
                      row_number() OVER (ORDER BY m.id), true
@@ -290,14 +294,14 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 SELECT m.src_id AS id, t.type
                 FROM mentions m
                 JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
-                WHERE CAST(:include_incoming AS boolean)
-                  AND m.org_id = lvl.org_id AND m.dst_id = f.id
-                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                  AND {allowed("'MENTIONS'", "in_denied")}
+                WHERE m.org_id = lvl.org_id AND m.dst_id = f.id
                   AND {ENTER_LVL}
                 ORDER BY m.src_id
                 LIMIT lvl.hop_cap + 1
               ) m
+              WHERE CAST(:include_incoming AS boolean)
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                AND {allowed("'MENTIONS'", "in_denied")}
             ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
               SELECT c.id, 'SHARES_COMMUNITY', 0, {WEIGHT.format(rel="'SHARES_COMMUNITY'")},
                      c.type, row_number() OVER (ORDER BY c.id), true
@@ -307,15 +311,15 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 JOIN community_members c2
                   ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
                 JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
-                WHERE lvl.distance = 0
-                  AND c1.org_id = lvl.org_id AND c1.entity_id = f.id
+                WHERE c1.org_id = lvl.org_id AND c1.entity_id = f.id
                   AND c2.entity_id <> f.id  -- not its own co-member
-                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                  AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
                   AND {ENTER_LVL}
                 ORDER BY c2.entity_id
                 LIMIT lvl.hop_cap + 1
               ) c
+              WHERE lvl.distance = 0
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
             ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
               SELECT t.id, {PASSAGE_REL}, 0,
                      {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
@@ -333,16 +337,16 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 SELECT p.id, {PASSAGE_REL} AS relationship
                 FROM passages p
                 JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-                WHERE CAST(:include_incoming AS boolean)
-                  -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
-                  AND CAST(:rel_filter AS text[]) IS NOT NULL
-                  AND p.org_id = lvl.org_id AND p.parent_id = f.id
-                  AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+                WHERE p.org_id = lvl.org_id AND p.parent_id = f.id
                   AND {allowed(PASSAGE_REL, "in_denied")}
                   AND {ENTER_LVL}
                 ORDER BY p.id
                 LIMIT lvl.hop_cap + 1
               ) p
+              WHERE CAST(:include_incoming AS boolean)
+                -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
+                AND CAST(:rel_filter AS text[]) IS NOT NULL
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
             )
         ) arm
       ),
