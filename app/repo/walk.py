@@ -2,27 +2,30 @@
 
 Read ``docs/walk-plans.md`` for a guided tour. In short, each row of the recursive CTE ``walk`` is
 one BFS *level*, its nodes held as parallel arrays (ids, relationships, directions, weights,
-predecessors), plus ``visited``: every node at distance ≤ that level. Keeping one row per level
-keeps the work table small (a row per node carrying the visited set grows quadratically), and
-lets each level anti-join its candidates against ``visited`` once, with a hash: a true
-breadth-first distance, not a per-path one. A level is built in these steps (§5 bounded work):
+predecessors), plus ``visited``: every node at distance ≤ that level, and the reader and the hop
+cap (from the one-row CTE ``wr``), which every step reads. Keeping one row per level keeps the
+work table small (a row per node carrying the visited set grows quadratically), and lets each
+level anti-join its candidates against ``visited`` once, with a hash: a true breadth-first
+distance, not a per-path one. A level is built in these steps (§5 bounded work):
 
-1. ``h``: for each frontier node ``f``, one ``LATERAL`` union of hop arms (outgoing and incoming
-   edges, outgoing and incoming mentions, a seed's community co-members (first hop only),
-   passage → parent, parent → passages when ``PART_OF``/``DERIVED_FROM`` is named), each in
-   **weight order** (weight desc, relationship, neighbour id) and numbered (``ord``). An ordinary
-   node's edges are read whole; a hub's (over ``:hub_degree`` edges one way) one index range per
-   relationship, strongest first, stopping at ``:hop_cap + 1`` rows. Each arm joins the entered
-   node's ``entities`` row (a passage: its parent's) and applies the read rule, the lifecycle rule
-   and the project confinement **before** any cap, so an unreadable memory is neither a result
-   nor a route, and hidden rows never eat the budget.
-2. ``best``: per unvisited node among rows ``ord <= :hop_cap``, its best hop (highest weight,
+1. ``h``: for each frontier node ``f``, its first ``:hub_degree + 1`` edges each way, read once
+   into arrays (more than ``:hub_degree`` makes ``f`` a hub that way: counted before any rule),
+   then one ``LATERAL`` union of hop arms (an ordinary node's edges both ways, a hub's edges one
+   index range per tier, outgoing and incoming mentions, a seed's community co-members (first
+   hop only), passage → parent, parent → passages when ``PART_OF``/``DERIVED_FROM`` is named),
+   each in **weight order** (weight desc, relationship, neighbour id), numbered (``ord``) and
+   stopped after ``hop_cap + 1`` rows. Each arm joins the entered node's ``entities`` row (a
+   passage: its parent's) and applies the read rule, the lifecycle rule and the project
+   confinement **before** any cap, so an unreadable memory is neither a result nor a route, and
+   hidden rows never eat the budget. What makes an arm useless for a node is checked once, above
+   the arm.
+2. ``best``: per unvisited node among rows ``ord <= hop_cap``, its best hop (highest weight,
    then relationship name, outgoing before incoming, then predecessor id).
-3. ``ranked``/``kept``: a level before the last keeps its best ``:level_cap`` nodes (weight
-   desc, id) as the routes the next level expands, and at least ``:limit + 1`` as answers (a
-   level cap set under the limit stops the walk going deeper from the weaker nodes; it never
-   drops a node already found); the last keeps the best ``:limit + 1`` of the asked types.
-4. ``cuts``: the best (score, distance, id) a dropped row or node could have had (and, before the
+3. ``lv``: the level in answer order (weight desc, id) by one top-N sort, one node more than it
+   keeps: a level before the last keeps its best ``:level_cap`` nodes (and at least
+   ``:limit + 1``) as the routes the next level expands; the last keeps the best ``:limit + 1``
+   of the asked types.
+4. ``cut``: the best (score, distance, id) a dropped row or node could have had (and, before the
    last level, any deeper node); ``held``: the best ``:limit + 1`` scores of the asked types so
    far; ``done``: the early stop, once no deeper node can beat them.
 
@@ -31,11 +34,10 @@ breadth-first distance, not a per-path one. A level is built in these steps (§5
 reference one.
 
 The final SELECT scores each node, filters ``types`` (the answer, never the route), orders by
-score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``.
-For a node reached by the synthetic ``SHARES_COMMUNITY`` hop it also names the community: the
-smallest community id the node shares with its chosen predecessor (a seed). That is the
-community of the arm's first row for the node, since the arm orders by entity id, then
-community id; computing it in the final SELECT keeps the CTE's columns unchanged.
+score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``,
+with each row's metadata as the response shows it (JSON text). For a node reached by the
+synthetic ``SHARES_COMMUNITY`` hop it also names the community: the smallest community id the
+node shares with its chosen predecessor (a seed).
 """
 
 from __future__ import annotations
