@@ -68,8 +68,9 @@ lock: ## Re-pin constraints.txt to the newest releases pyproject.toml admits (in
 	mv constraints.txt.new constraints.txt && rm -rf .venv-lock
 	@echo "› constraints.txt re-pinned: git diff constraints.txt, then make check test"
 
-bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md), the 357k-line import, the 60 s load test; BENCH_ARGS=--quick: smoke run
+bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md) on the synthetic and the Debian graph, the 357k-line import, the 60 s load test; BENCH_ARGS=--quick: smoke run
 	$(BIN)/sibyl-pg bench run $(BENCH_ARGS)
+	$(BIN)/sibyl-pg bench run --graph debian --out bench-results/debian $(BENCH_ARGS)
 	$(BIN)/sibyl-pg bench import $(if $(findstring --quick,$(BENCH_ARGS)),--quick,)
 	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
 

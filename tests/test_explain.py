@@ -108,14 +108,14 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
         # (issue 15); explain reads as a user, so it shows the seed statement and the walk MCP
         # and the CLI send. The REST statement holds that very walk, with the reader's values
         # and the seeds computed in the statement (app.repo.walk.KEYED_WALK_SQL).
-        from app.repo.walk import KEYED_WALK_SQL, WALK_ANSWER, WALK_CTES, WALK_SQL, from_key
+        from app.repo.walk import KEYED_WALK_SQL, WALK_ANSWER, WALK_CTES, WALK_SQL
 
         def sent_as(statement: Any) -> str:
             return str(statement.compile(dialect=engine.dialect))
 
         assert served[0][0] == sent_as(KEYED_WALK_SQL)
-        assert from_key(WALK_CTES) in KEYED_WALK_SQL.text
-        assert from_key(WALK_ANSWER) in KEYED_WALK_SQL.text
+        assert WALK_CTES in KEYED_WALK_SQL.text
+        assert WALK_ANSWER in KEYED_WALK_SQL.text
         assert explained[0][0].startswith("/* sibyl:expand_neighbors.seeds */")
         assert explained[1][0] == sent_as(WALK_SQL)
         assert WALK_CTES in WALK_SQL.text and WALK_ANSWER in WALK_SQL.text
@@ -360,7 +360,7 @@ def test_cli_prints_statements_parameters_and_plans(database_url, world):
     assert out.index("-- [1/2] sibyl:expand_neighbors.seeds") < out.index(
         "-- [2/2] sibyl:expand_neighbors"
     )
-    assert "/* sibyl:expand_neighbors */\nWITH RECURSIVE walk" in out
+    assert "/* sibyl:expand_neighbors */\nWITH RECURSIVE wr AS" in out
     assert f'r_org (text) = "{world.org}"' in out
     assert "Execution Time" in out and "Recursive Union" in out
 

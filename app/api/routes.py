@@ -80,14 +80,15 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
     key = _key(credentials)
     require_key(key)  # no key: refused before a connection is taken
 
-    async def verb(conn: AsyncConnection) -> ExpandResponse:
+    async def verb(conn: AsyncConnection) -> bytes:
         # one statement: the key, the seeds and the walk (one round trip, no transaction)
         return await expand_for_key(conn, key, body, settings=request.app.state.settings)
 
-    result = await run_snapshot(_engine(request), verb, single=True)
-    # Serialized once, by pydantic-core: the response model is already validated, and FastAPI's
-    # response_model path would dump, re-validate and serialize it again (the hot path, issue 15).
-    return Response(result.model_dump_json(), media_type="application/json")
+    # the response's JSON, encoded once by the domain (FastAPI's response_model path would
+    # build, validate and serialize the model again)
+    return Response(
+        await run_snapshot(_engine(request), verb, single=True), media_type="application/json"
+    )
 
 
 @search.post("/slice", response_model=SliceResponse)

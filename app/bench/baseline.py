@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.walk import ENTER, PASSAGE_REL, WEIGHT, allowed
+from app.repo.walk import ENTER, PASSAGE_REL, SCORE, WEIGHT, allowed
 
 BASELINE_SQL = text(
     f"""/* sibyl:bench.baseline_walk */
@@ -103,8 +103,7 @@ best AS (  -- per node: fewest hops, then the best hop (as the service ranks hop
     ORDER BY w.id, w.distance, w.weight DESC, w.relationship, w.dir_rank, w.pred
 )
 SELECT b.id, b.distance, b.relationship, b.dir_rank,
-       least(greatest(b.weight * power(CAST(:decay AS float8), b.distance - 1),
-                      CAST(:score_min AS float8)), CAST(:score_max AS float8)) AS score,
+       {SCORE.format(weight="b.weight", distance="b.distance")} AS score,
        coalesce(te.name, pe.name) AS name
 FROM best b
 LEFT JOIN entities te ON te.org_id = :r_org AND te.id = b.id

@@ -122,6 +122,14 @@ def run_cmd(
     out: Annotated[Path, typer.Option(help="Folder for results.json and latency.png")] = Path(
         "bench-results"
     ),
+    graph: Annotated[
+        str,
+        typer.Option(
+            "--graph",
+            help="synthetic: the generated org (--entities, --edges, --seed); debian: Debian "
+            "bookworm's package index from apt's lists (database sibyl_bench_debian)",
+        ),
+    ] = "synthetic",
 ) -> None:
     """Measure expand (depth 1-3, random and hub seeds), fetch_slice and search against the
     baseline walk, then REST under concurrency; write results.json, latency.png and a table.
@@ -131,6 +139,12 @@ def run_cmd(
     from app.bench.generate import GraphSpec
     from app.bench.run import RunOptions, run_benchmark
 
+    if graph not in ("synthetic", "debian"):
+        raise typer.BadParameter("--graph must be synthetic or debian")
+    if graph == "debian" and database is None:
+        from app.bench.debian import DEBIAN_DATABASE
+
+        database = DEBIAN_DATABASE
     if quick and (entities, edges) == (DEFAULT_ENTITIES, DEFAULT_EDGES):
         entities, edges = QUICK_ENTITIES, QUICK_EDGES
     try:
@@ -151,8 +165,16 @@ def run_cmd(
         quick=quick,
         case_seconds=case_seconds or (8.0 if quick else 20.0),
         baseline_case_seconds=case_seconds or (8.0 if quick else 20.0),
+        graph=graph,
+        rest_case_seconds=2.0 if quick else 5.0,
     )
-    run_benchmark(spec, options, log=_echo)
+    from app.bench.debian import DebianListMissing
+
+    try:
+        run_benchmark(spec, options, log=_echo)
+    except DebianListMissing as exc:
+        _echo(str(exc))
+        raise typer.Exit(1) from None
 
 
 @bench_cli.command("import")

@@ -6,9 +6,12 @@ walk itself is the recursive CTE of :mod:`app.repo.walk`, where the read rule ga
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest
@@ -17,10 +20,34 @@ from app.domain import policy
 from app.domain.passages import passage_name
 from app.domain.preview import preview_prefix
 from app.domain.reader import Reader
-from app.domain.schemas import ExpandRequest, ExpandResponse, Neighbor
-from app.domain.session import authenticate, check_reader
+from app.domain.schemas import ExpandRequest, ExpandResponse
+from app.domain.session import authenticate, check_reader, check_scopes
 from app.domain.validation import normalize_names, normalize_project, normalize_seeds
 from app.repo import walk as walk_repo
+
+
+@functools.lru_cache(maxsize=256)
+def _policy_params(relationship_types: tuple[str, ...] | None) -> dict[str, object]:
+    """The walk's parameters that depend only on the policy and ``relationship_types``: the
+    direction rules and a hub's tiers (computed once per distinct filter; without a filter the
+    tiers are the statement's own defaults, NULL here)."""
+    named = list(relationship_types) if relationship_types is not None else None
+    rules = policy.hop_rules(named)
+    tiers: dict[str, object] = dict.fromkeys(
+        ("out_tier_lo", "out_tier_hi", "out_exact", "in_tier_lo", "in_tier_hi", "in_exact")
+    )
+    if named is not None:
+        for way, outgoing in (("out", True), ("in", False)):
+            order = policy.hop_order(rules, outgoing=outgoing)
+            tiers[f"{way}_tier_lo"], tiers[f"{way}_tier_hi"] = order.ranges()
+            tiers[f"{way}_exact"] = order.exact
+    return {
+        "rel_filter": rules.rel_filter,
+        "out_denied": rules.out_denied,
+        "in_denied": rules.in_denied,
+        **tiers,
+        "max_weight": policy.max_weight(named),
+    }
 
 
 def walk_params(
@@ -47,41 +74,24 @@ def walk_params(
     ``origins`` are the asked seeds: the statement sizes the hop cap from the seeds it resolves
     (``walk_hop_cap``: the configured cap, or None).
     """
-    rules = policy.hop_rules(relationship_types)
-    rels, weights = policy.weight_arrays()
-    out_order = policy.hop_order(rules, outgoing=True)
-    in_order = policy.hop_order(rules, outgoing=False)
     level_cap = settings.walk_level_cap or policy.LEVEL_CAP_FACTOR * (limit + 1)
     if reader is None:
         sized: dict[str, object] = {"walk_hop_cap": settings.walk_hop_cap or None}
     else:
         sized = {**reader.params(), "hop_cap": settings.walk_hop_cap or limit + 1 + len(origins)}
+    rels = tuple(relationship_types) if relationship_types is not None else None
     return {
         **sized,
+        **_policy_params(rels),
         "seed_ids": origins,
         "depth": depth,
         "limit": limit,
         "preview_chars": preview_chars,
         "include_incoming": include_incoming,
-        "rel_filter": rules.rel_filter,
-        "out_denied": rules.out_denied,
-        "in_denied": rules.in_denied,
         "types": types,
         "project": project,
-        "pol_rels": rels,
-        "pol_weights": weights,
-        "default_weight": policy.UNKNOWN_WEIGHT,
-        "decay": policy.DECAY,
-        "score_min": policy.SCORE_MIN,
-        "score_max": policy.SCORE_MAX,
         "level_cap": level_cap,
         "hub_degree": settings.walk_hub_degree,
-        "out_tiers": out_order.tiers,
-        "out_exact": out_order.exact,
-        "in_tiers": in_order.tiers,
-        "in_exact": in_order.exact,
-        "weighted_rels": policy.weighted_relationships(),
-        "max_weight": policy.max_weight(relationship_types),
     }
 
 
@@ -144,11 +154,12 @@ async def expand_for_key(
     request: ExpandRequest,
     *,
     settings: Settings | None = None,
-) -> ExpandResponse:
-    """:func:`expand_neighbors` for the reader behind API ``key``, in ONE statement that
-    authenticates the key, resolves the seeds and walks (``KEYED_WALK_SQL`` of
-    :mod:`app.repo.walk`: one snapshot without a transaction, issue 15). ``conn`` is a connection
-    of :func:`app.core.db.statement_engine` (generic plans; any connection gives the same answer).
+) -> bytes:
+    """:func:`expand_neighbors` for the reader behind API ``key``, as the response's JSON, in
+    ONE statement that authenticates the key, resolves the seeds and walks
+    (``KEYED_WALK_SQL`` of :mod:`app.repo.walk`: one snapshot without a transaction; REST and
+    MCP send this statement). ``conn`` is a connection of
+    :func:`app.core.db.statement_engine` (generic plans; any connection gives the same answer).
 
     Same answers and errors as authenticating with :func:`app.domain.session.authenticate`
     (scope ``read``) and then calling :func:`expand_neighbors`: 401 for a missing, unknown or
@@ -165,8 +176,8 @@ async def expand_for_key(
     # the seeds are resolved by the statement itself, under the key's read rule
     params = _asked_params(None, asked, asked.walked, s)
     done = await walk_repo.keyed_walk(conn, key=key, params=params)
-    check_reader(done.reader, key, scope="read")
-    return _answer(asked, done.seeds, done.rows, done.capped)
+    check_scopes(done.scopes, key, scope="read")
+    return answer_json(asked, done.seeds, done.rows, done.capped)
 
 
 def _asked_params(
@@ -205,19 +216,21 @@ async def _expand(
     return _answer(asked, origins, rows, capped)
 
 
-def _answer(
+def _fields(
     asked: _Asked, origins: list[str], rows: list[walk_repo.WalkRow], capped: bool
-) -> ExpandResponse:
-    """The response to ``asked`` walked from ``origins`` (its readable seeds, request order)."""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The response to ``asked`` walked from ``origins`` (its readable seeds, request order), as
+    :class:`ExpandResponse`'s fields in order, and its neighbours (each one's ``metadata`` still
+    the row's JSON text)."""
     resolved = set(origins)
     unresolved = [seed for seed in asked.walked if seed not in resolved] + asked.overflow
-    depth, limit, preview_chars = asked.depth, asked.limit, asked.preview_chars
+    limit, preview_chars = asked.limit, asked.preview_chars
     filters: dict[str, Any] = {
         "relationship_types": asked.rels,
         "types": asked.types,
         "include_incoming": asked.include_incoming,
         "project": asked.project,
-        "depth": depth,
+        "depth": asked.depth,
         "limit": limit,
         "content_max_chars": preview_chars,
         "round_budget": policy.ROUND_BUDGET,
@@ -225,49 +238,64 @@ def _answer(
     }
     if asked.overflow:
         filters["origin_limit"] = policy.MAX_SEEDS
-
     neighbors = [_neighbor(row, preview_chars) for row in rows[:limit]]
-    return ExpandResponse(
-        origins=origins,
-        unresolved=unresolved,
-        neighbors=neighbors,
-        total=len(neighbors),
-        depth=depth,
-        limit=limit,
-        truncated=len(rows) > limit,
-        filters=filters,
-    )
+    fields = {
+        "origins": origins,
+        "unresolved": unresolved,
+        "neighbors": neighbors,
+        "total": len(neighbors),
+        "depth": asked.depth,
+        "limit": limit,
+        "truncated": len(rows) > limit,
+        "filters": filters,
+    }
+    return fields, neighbors
 
 
-def _neighbor(row: walk_repo.WalkRow, preview_chars: int) -> Neighbor:
-    content, cut = preview_prefix(row.content_prefix, row.content_length, preview_chars)
+def _answer(
+    asked: _Asked, origins: list[str], rows: list[walk_repo.WalkRow], capped: bool
+) -> ExpandResponse:
+    """The response to ``asked`` walked from ``origins``, as the model."""
+    fields, neighbors = _fields(asked, origins, rows, capped)
+    for n in neighbors:
+        n["metadata"] = json.loads(n["metadata"])
+    return ExpandResponse.model_validate(fields)
+
+
+def answer_json(
+    asked: _Asked, origins: list[str], rows: list[walk_repo.WalkRow], capped: bool
+) -> bytes:
+    """The response to ``asked`` walked from ``origins``, as the JSON of
+    :class:`ExpandResponse` (same fields, same order), encoded once: each neighbour's metadata
+    is the statement's JSON text, embedded as it is (never decoded and encoded again)."""
+    fields, neighbors = _fields(asked, origins, rows, capped)
+    for n in neighbors:
+        n["metadata"] = orjson.Fragment(n["metadata"])
+    return orjson.dumps(fields)
+
+
+def _neighbor(row: walk_repo.WalkRow, preview_chars: int) -> dict[str, Any]:
+    """The fields of :class:`Neighbor` for ``row``, in order (``metadata``: its JSON text)."""
+    content, _ = preview_prefix(row.content_prefix, row.content_length, preview_chars)
     is_passage = row.parent_id is not None
-    metadata: dict[str, Any]
-    if is_passage:
-        metadata = {"breadcrumb": row.breadcrumb, "passage_total": row.passage_total}
-    else:
-        metadata = dict(row.metadata)
-    if row.community_id is not None:  # reached by SHARES_COMMUNITY: name the community
-        metadata["community_id"] = row.community_id
-    metadata["content_truncated"] = cut
     name = (
         passage_name(row.name, row.passage_index or 0, row.passage_total, row.breadcrumb)
         if is_passage
         else row.name
     )
-    return Neighbor(
-        id=row.id,
-        type=row.type,
-        name=name,
-        relationship=row.relationship,
-        direction="outgoing" if row.outgoing else "incoming",
-        distance=row.distance,
-        score=round(row.score, 6),
-        content=content,
-        project_id=row.project_id,
-        lifecycle=row.lifecycle,
-        metadata=metadata,
-        passage_index=row.passage_index,
-        parent_entity_id=row.parent_id,
-        widen_with="fetch_slice" if is_passage else None,
-    )
+    return {
+        "id": row.id,
+        "type": row.type,
+        "name": name,
+        "relationship": row.relationship,
+        "direction": "outgoing" if row.outgoing else "incoming",
+        "distance": row.distance,
+        "score": round(row.score, 6),
+        "content": content,
+        "project_id": row.project_id,
+        "lifecycle": row.lifecycle,
+        "metadata": row.metadata,
+        "passage_index": row.passage_index,
+        "parent_entity_id": row.parent_id,
+        "widen_with": "fetch_slice" if is_passage else None,
+    }

@@ -154,6 +154,12 @@ def hop_rules(relationship_types: list[str] | None) -> HopRules:
     )
 
 
+NAME_ABOVE_ALL = "~"
+"""A string above every relationship name in byte order (the ``C`` collation of the column):
+a stored name is ``[A-Za-z0-9_]`` (:func:`app.domain.validation.stored_relationship`), every
+character of which is below ``~``."""
+
+
 @dataclass(frozen=True)
 class HopOrder:
     """The order in which a hub's edges are read one way (contract §5, bounded work).
@@ -166,6 +172,14 @@ class HopOrder:
 
     tiers: list[str | None]
     exact: list[str]
+
+    def ranges(self) -> tuple[list[str], list[str]]:
+        """The tiers as index ranges of relationship names, ``(lows, highs)``: a relationship
+        alone (``low == high``), or for ``None`` every name from ``''`` to :data:`NAME_ABOVE_ALL`
+        (the walk then skips the weighted ones)."""
+        lows = ["" if t is None else t for t in self.tiers]
+        highs = [NAME_ABOVE_ALL if t is None else t for t in self.tiers]
+        return lows, highs
 
 
 def hop_order(rules: HopRules, *, outgoing: bool) -> HopOrder:

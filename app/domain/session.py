@@ -131,12 +131,19 @@ def require_key(key: str | None) -> None:
 def check_reader(reader: Reader | None, key: str | None, *, scope: str) -> Reader:
     """``reader`` (the one behind ``key``, None when the key is unknown or revoked) when it holds
     ``scope``; ``Unauthorized`` for a missing or invalid key, ``Forbidden`` without the scope."""
-    require_key(key)
-    if reader is None:
-        raise Unauthorized("Invalid API key")
-    if scope not in reader.scopes:
-        raise Forbidden(f"This key lacks the '{scope}' scope")
+    check_scopes(None if reader is None else reader.scopes, key, scope=scope)
+    assert reader is not None
     return reader
+
+
+def check_scopes(scopes: frozenset[str] | None, key: str | None, *, scope: str) -> None:
+    """:func:`check_reader` from the scopes of ``key`` alone (None: the key is unknown or
+    revoked): ``Unauthorized`` for a missing or invalid key, ``Forbidden`` without ``scope``."""
+    require_key(key)
+    if scopes is None:
+        raise Unauthorized("Invalid API key")
+    if scope not in scopes:
+        raise Forbidden(f"This key lacks the '{scope}' scope")
 
 
 async def authenticate(conn: AsyncConnection, key: str | None, *, scope: str) -> Reader:

@@ -24,6 +24,7 @@ The key comes from a *key provider*: the bearer header of the HTTP request carry
 (:func:`http_bearer_key`), or one fixed key (:func:`fixed_key`, stdio and tests).
 """
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
@@ -41,7 +42,7 @@ from app.core.errors import DomainError, shape_errors, shape_message
 from app.core.settings import Settings
 from app.domain import policy
 from app.domain.context import context_pack as context_verb
-from app.domain.expand import expand_neighbors as expand_verb
+from app.domain.expand import expand_for_key
 from app.domain.reader import Reader
 from app.domain.schemas import (
     ContextRequest,
@@ -55,7 +56,7 @@ from app.domain.schemas import (
 )
 from app.domain.search import SearchSettings
 from app.domain.search import search as search_verb
-from app.domain.session import run_read
+from app.domain.session import require_key, run_read, run_snapshot
 from app.domain.slice import fetch_slice as slice_verb
 
 EngineProvider = Callable[[], AsyncEngine]
@@ -239,6 +240,15 @@ def tool_result(response: BaseModel) -> CallToolResult:
     )
 
 
+def json_tool_result(body: bytes) -> CallToolResult:
+    """A successful call whose response is already encoded (``body``, a JSON object): the same
+    text, and its structured content."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=body.decode())],
+        structured_content=json.loads(body),
+    )
+
+
 def tool_error(detail: str) -> CallToolResult:
     """A refused call (``isError``) whose text is exactly REST's ``{"detail": ...}``."""
     return CallToolResult(content=[TextContent(type="text", text=detail)], is_error=True)
@@ -261,6 +271,20 @@ class Surface:
         except DomainError as exc:
             return tool_error(exc.detail)
         return tool_result(response)
+
+    async def keyed(
+        self, ctx: Context, verb: Callable[[AsyncConnection, str], Awaitable[bytes]]
+    ) -> CallToolResult:
+        """Run ``verb``, which authenticates the caller's key in its one statement, as REST does
+        (:func:`run_snapshot` ``single``); a domain error is a tool error."""
+        key = self.key(ctx)
+        try:
+            require_key(key)
+            assert key is not None
+            body = await run_snapshot(self.engine(), lambda conn: verb(conn, key), single=True)
+        except DomainError as exc:
+            return tool_error(exc.detail)
+        return json_tool_result(body)
 
 
 def _about(model: type[BaseModel], field: str) -> FieldInfo:
@@ -364,7 +388,8 @@ def build_mcp(
         ] = None,
         project: Annotated[StrictStr | None, _about(ExpandRequest, "project")] = None,
     ) -> Annotated[CallToolResult, ExpandResponse]:
-        """Adapter of :func:`app.domain.expand.expand_neighbors` (``POST /api/search/expand``)."""
+        """Adapter of :func:`app.domain.expand.expand_for_key` (``POST /api/search/expand``): the
+        same one statement as REST."""
         request = ExpandRequest(
             entity_ids=entity_ids,
             relationship_types=relationship_types,
@@ -376,10 +401,10 @@ def build_mcp(
             project=project,
         )
 
-        async def verb(conn: AsyncConnection, reader: Reader) -> ExpandResponse:
-            return await expand_verb(conn, reader, request, settings=surface.settings)
+        async def verb(conn: AsyncConnection, key: str) -> bytes:
+            return await expand_for_key(conn, key, request, settings=surface.settings)
 
-        return await surface.read(ctx, verb)
+        return await surface.keyed(ctx, verb)
 
     async def fetch_slice(
         ctx: Context,

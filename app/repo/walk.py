@@ -2,27 +2,30 @@
 
 Read ``docs/walk-plans.md`` for a guided tour. In short, each row of the recursive CTE ``walk`` is
 one BFS *level*, its nodes held as parallel arrays (ids, relationships, directions, weights,
-predecessors), plus ``visited``: every node at distance ≤ that level. Keeping one row per level
-keeps the work table small (a row per node carrying the visited set grows quadratically), and
-lets each level anti-join its candidates against ``visited`` once, with a hash: a true
-breadth-first distance, not a per-path one. A level is built in these steps (§5 bounded work):
+predecessors), plus ``visited``: every node at distance ≤ that level, and the reader and the hop
+cap (from the one-row CTE ``wr``), which every step reads. Keeping one row per level keeps the
+work table small (a row per node carrying the visited set grows quadratically), and lets each
+level anti-join its candidates against ``visited`` once, with a hash: a true breadth-first
+distance, not a per-path one. A level is built in these steps (§5 bounded work):
 
-1. ``h``: for each frontier node ``f``, one ``LATERAL`` union of hop arms (outgoing and incoming
-   edges, outgoing and incoming mentions, a seed's community co-members (first hop only),
-   passage → parent, parent → passages when ``PART_OF``/``DERIVED_FROM`` is named), each in
-   **weight order** (weight desc, relationship, neighbour id) and numbered (``ord``). An ordinary
-   node's edges are read whole; a hub's (over ``:hub_degree`` edges one way) one index range per
-   relationship, strongest first, stopping at ``:hop_cap + 1`` rows. Each arm joins the entered
-   node's ``entities`` row (a passage: its parent's) and applies the read rule, the lifecycle rule
-   and the project confinement **before** any cap, so an unreadable memory is neither a result
-   nor a route, and hidden rows never eat the budget.
-2. ``best``: per unvisited node among rows ``ord <= :hop_cap``, its best hop (highest weight,
+1. ``h``: for each frontier node ``f``, its first ``:hub_degree + 1`` edges each way, read once
+   into arrays (more than ``:hub_degree`` makes ``f`` a hub that way: counted before any rule),
+   then one ``LATERAL`` union of hop arms (an ordinary node's edges both ways, a hub's edges one
+   index range per tier, outgoing and incoming mentions, a seed's community co-members (first
+   hop only), passage → parent, parent → passages when ``PART_OF``/``DERIVED_FROM`` is named),
+   each in **weight order** (weight desc, relationship, neighbour id), numbered (``ord``) and
+   stopped after ``hop_cap + 1`` rows. Each arm joins the entered node's ``entities`` row (a
+   passage: its parent's) and applies the read rule, the lifecycle rule and the project
+   confinement **before** any cap, so an unreadable memory is neither a result nor a route, and
+   hidden rows never eat the budget. What makes an arm useless for a node is checked once, above
+   the arm.
+2. ``best``: per unvisited node among rows ``ord <= hop_cap``, its best hop (highest weight,
    then relationship name, outgoing before incoming, then predecessor id).
-3. ``ranked``/``kept``: a level before the last keeps its best ``:level_cap`` nodes (weight
-   desc, id) as the routes the next level expands, and at least ``:limit + 1`` as answers (a
-   level cap set under the limit stops the walk going deeper from the weaker nodes; it never
-   drops a node already found); the last keeps the best ``:limit + 1`` of the asked types.
-4. ``cuts``: the best (score, distance, id) a dropped row or node could have had (and, before the
+3. ``lv``: the level in answer order (weight desc, id) by one top-N sort, one node more than it
+   keeps: a level before the last keeps its best ``:level_cap`` nodes (and at least
+   ``:limit + 1``) as the routes the next level expands; the last keeps the best ``:limit + 1``
+   of the asked types.
+4. ``cut``: the best (score, distance, id) a dropped row or node could have had (and, before the
    last level, any deeper node); ``held``: the best ``:limit + 1`` scores of the asked types so
    far; ``done``: the early stop, once no deeper node can beat them.
 
@@ -31,11 +34,10 @@ breadth-first distance, not a per-path one. A level is built in these steps (§5
 reference one.
 
 The final SELECT scores each node, filters ``types`` (the answer, never the route), orders by
-score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``.
-For a node reached by the synthetic ``SHARES_COMMUNITY`` hop it also names the community: the
-smallest community id the node shares with its chosen predecessor (a seed). That is the
-community of the arm's first row for the node, since the arm orders by entity id, then
-community id; computing it in the final SELECT keeps the CTE's columns unchanged.
+score desc, distance, id and returns ``:limit + 1`` rows, so the caller can tell ``truncated``,
+with each row's metadata as the response shows it (JSON text). For a node reached by the
+synthetic ``SHARES_COMMUNITY`` hop it also names the community: the smallest community id the
+node shares with its chosen predecessor (a seed).
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.reader import Reader
-from app.repo.readers import READER_BY_KEY, hash_key, reader_of
+from app.domain import policy
+from app.repo.readers import READER_BY_KEY, hash_key
 from app.repo.readrule import readable, readable_by
 
 # The seeds statement also switches this transaction to generic plans (``set_config(...,
@@ -63,8 +65,10 @@ SEEDS_SQL = text(
     f"""/* sibyl:expand_neighbors.seeds */
 SELECT s.id, set_config('plan_cache_mode', 'force_generic_plan', true) AS plan_mode
 FROM unnest(CAST(:seed_ids AS text[])) WITH ORDINALITY AS s(id, ord)
-LEFT JOIN passages p ON p.org_id = :r_org AND p.id = s.id
-JOIN entities t ON t.org_id = :r_org AND t.id = coalesce(p.parent_id, s.id)
+JOIN entities t ON t.org_id = :r_org
+ AND t.id = CASE WHEN s.id LIKE 'passage\\_%'  -- a passage stands for its parent
+                 THEN (SELECT p.parent_id FROM passages p WHERE p.org_id = :r_org AND p.id = s.id)
+                 ELSE s.id END
 WHERE {readable("t")}
   AND t.lifecycle <> 'retired'
   AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
@@ -77,11 +81,55 @@ ORDER BY s.ord"""
 ENTER = f"""t.lifecycle <> 'retired'
           AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
           AND {readable("t")}"""
+# The same conditions inside the walk, where the reader comes with every level's row (`lvl`:
+# org_id, user_id, readable_projects, k_projects), so that the statement that computes the
+# reader from an API key needs no sub-select of it at each place the rule is applied.
+ENTER_LVL = f"""t.lifecycle <> 'retired'
+          AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+          AND {readable_by("t", "lvl")}"""
 
+
+def _float(value: float) -> str:
+    """A float8 constant of exactly ``value`` (its shortest repr reads back to the same double)."""
+    return f"CAST('{value!r}' AS float8)"
+
+
+def _text_array(values: list[str]) -> str:
+    """A text[] constant of policy names (``[A-Z_]``, checked: no quoting needed)."""
+    for v in values:
+        if not re.fullmatch(r"[A-Za-z0-9_~]*", v):
+            raise ValueError(f"not a policy name: {v!r}")
+    return "CAST('{" + ",".join(f'"{v}"' for v in values) + "}' AS text[])"
+
+
+# W(rel) of §4: the policy table as constants of the statement (the same for every request, so
+# they are not sent with each one), strongest first; any other name weighs the default.
 WEIGHT = (
-    "coalesce((CAST(:pol_weights AS float8[]))[array_position(CAST(:pol_rels AS text[]), {rel})],"
-    " CAST(:default_weight AS float8))"
+    "(CASE {rel} "
+    + " ".join(
+        f"WHEN '{rel}' THEN {_float(p.weight)}"
+        for rel, p in sorted(policy.RELATIONSHIPS.items(), key=lambda kv: (-kv[1].weight, kv[0]))
+        if p.weight != policy.UNKNOWN_WEIGHT
+    )
+    + f" ELSE {_float(policy.UNKNOWN_WEIGHT)} END)"
 )
+WEIGHTED = _text_array(policy.weighted_relationships())
+"""The relationships whose weight is not the default one (a hub reads each alone)."""
+_OUT_DEFAULT = policy.hop_order(policy.hop_rules(None), outgoing=True)
+_IN_DEFAULT = policy.hop_order(policy.hop_rules(None), outgoing=False)
+_DEFAULT_TIERS = {  # a hub's tiers and exact relationships when no relationship is named
+    "out_tier_lo": _text_array(_OUT_DEFAULT.ranges()[0]),
+    "out_tier_hi": _text_array(_OUT_DEFAULT.ranges()[1]),
+    "out_exact": _text_array(_OUT_DEFAULT.exact),
+    "in_tier_lo": _text_array(_IN_DEFAULT.ranges()[0]),
+    "in_tier_hi": _text_array(_IN_DEFAULT.ranges()[1]),
+    "in_exact": _text_array(_IN_DEFAULT.exact),
+}
+
+
+def _tiers(name: str) -> str:
+    """SQL: the bound tier array ``name``, or (NULL: no relationship named) the default one."""
+    return f"coalesce(CAST(:{name} AS text[]), {_DEFAULT_TIERS[name]})"
 
 
 def allowed(rel: str, denied: str) -> str:
@@ -97,173 +145,183 @@ PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE '
 # score(rel, d) of §4 for a weight and a distance, as every part of the walk computes it (the same
 # float8 expression everywhere, so the comparisons of the early stop and of the flag are exact).
 SCORE = (
-    "least(greatest(({weight}) * power(CAST(:decay AS float8), ({distance}) - 1),"
-    " CAST(:score_min AS float8)), CAST(:score_max AS float8))"
+    f"least(greatest(({{weight}}) * power({_float(policy.DECAY)}, ({{distance}}) - 1),"
+    f" {_float(policy.SCORE_MIN)}), {_float(policy.SCORE_MAX)})"
 )
 
 
-def _edge_arm(direction: str) -> str:
-    """SQL: the hop arm of stored edges in one direction, strongest hops first (§5).
+def _hub_arm(direction: str) -> str:
+    """SQL: a hub's edges one way (more than ``:hub_degree`` of them), strongest first (§5).
 
-    ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. An
-    ordinary node (at most ``:hub_degree`` edges that way) has all its edges read and probed with
-    the read rule, then numbered in weight order (weight desc, relationship, neighbour id). Both
-    kinds enter the same rows (the first ``:hop_cap`` readable ones in that order) and bound what
-    they drop the same way (the first dropped row; its id only for a relationship that is the
-    last of its weight, ``:<dir>_exact``): the hub test counts edges before the read rule, so
-    the two must be indistinguishable to a reader (a private memory's edges must not flip
-    ``frontier_capped``; found in a new-user trial, 2026-11-30). A hub is read one index range
-    per relationship, strongest relationship first (``:<dir>_tiers``, NULL standing for every
-    relationship of the default weight, read in index order), each range stopping at
-    ``:hop_cap + 1`` readable rows, and the whole arm stops at ``:hop_cap + 1`` rows: its work is
-    bounded by the cap, not its degree.
+    ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. One
+    index range per tier (``:<dir>_tier_lo``/``:<dir>_tier_hi``: one relationship, or for the
+    default weight every relationship between ``''`` and a bound above any name, the weighted
+    ones skipped), strongest tier first, each range stopping at ``lvl.hop_cap + 1`` rows that pass
+    the read rule, and the arm stops at ``lvl.hop_cap + 1`` rows: its work is bounded by the cap,
+    not by the degree. The rows are those an ordinary node's arm gives, in the same order.
     """
     near, far = ("src_id", "dst_id") if direction == "out" else ("dst_id", "src_id")
-    denied = f"{direction}_denied"
-    gate = "" if direction == "out" else "CAST(:include_incoming AS boolean) AND "
-    rank = 0 if direction == "out" else 1
     weight = WEIGHT.format(rel="e.relationship")
-    return f"""(  -- {"outgoing" if direction == "out" else "incoming"} edges, strongest first
-              SELECT x.id, x.relationship, {rank} AS dir_rank, x.weight, x.type,
-                     row_number() OVER (ORDER BY x.weight DESC, x.relationship, x.id) AS ord,
-                     x.exact
+    way = "outgoing" if direction == "out" else "incoming"
+    return f"""(  -- a hub's {way} edges, one index range per tier
+              SELECT x.id, x.relationship, {0 if direction == "out" else 1}, x.weight, x.type,
+                     row_number() OVER (ORDER BY x.tier),
+                     x.relationship = ANY({_tiers(f"{direction}_exact")})
               FROM (
-                (  -- an ordinary node: every edge, each probed; a dropped row bounds the
-                   -- cut exactly as a hub's would (its id only when no other relationship of
-                   -- its weight may follow it), so whether a node counts as a hub, which its
-                   -- unreadable edges decide, never changes what a reader sees (the flag)
-                  SELECT e.id, e.relationship, e.weight, t.type,
-                         e.relationship = ANY(CAST(:{direction}_exact AS text[])) AS exact
-                  FROM (
-                    SELECT e.{far} AS id, e.relationship, {weight} AS weight
-                    FROM edges e
-                    WHERE {gate}NOT deg.{direction}_hub
-                      AND e.org_id = :r_org AND e.{near} = f.id
-                      AND {allowed("e.relationship", denied)}
-                  ) e
-                  CROSS JOIN LATERAL (
-                    SELECT t.type FROM entities t
-                    WHERE t.org_id = :r_org AND t.id = e.id
-                      AND {ENTER}
-                  ) t
-                ) UNION ALL (  -- a hub: one index range per relationship, strongest first
-                  SELECT e.id, e.relationship, e.weight, e.type,
-                         e.relationship = ANY(CAST(:{direction}_exact AS text[]))
-                  FROM unnest(CAST(:{direction}_tiers AS text[])) WITH ORDINALITY AS r(rel, ord)
-                  CROSS JOIN LATERAL (
-                    (
-                      SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
-                      FROM edges e
-                      JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-                      WHERE r.rel IS NOT NULL
-                        AND e.org_id = :r_org AND e.{near} = f.id AND e.relationship = r.rel
-                        AND {allowed("e.relationship", denied)}
-                        AND {ENTER}
-                      ORDER BY e.{far}
-                      LIMIT :hop_cap + 1
-                    ) UNION ALL (  -- every relationship of the default weight, in index order
-                      SELECT e.{far}, e.relationship, {weight}, t.type
-                      FROM edges e
-                      JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-                      WHERE r.rel IS NULL
-                        AND e.org_id = :r_org AND e.{near} = f.id
-                        AND NOT (e.relationship = ANY(CAST(:weighted_rels AS text[])))
-                        AND {allowed("e.relationship", denied)}
-                        AND {ENTER}
-                      ORDER BY e.relationship, e.{far}
-                      LIMIT :hop_cap + 1
-                    )
-                  ) e
-                  WHERE {gate}deg.{direction}_hub
-                  ORDER BY r.ord, e.relationship, e.id
-                  LIMIT :hop_cap + 1
-                )
+                -- the tiers in order, each range in (relationship, neighbour) order: the rows
+                -- come in weight order as they are read, and the arm stops at its
+                -- (hop cap + 1)th (no sort, which would read the next tiers to close the
+                -- last one's group: a whole range of the node for the default weight)
+                SELECT r.tier, e.id, e.relationship, e.weight, e.type
+                FROM unnest({_tiers(f"{direction}_tier_lo")},
+                            {_tiers(f"{direction}_tier_hi")}) WITH ORDINALITY AS r(lo, hi, tier)
+                CROSS JOIN LATERAL (
+                  SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
+                  FROM edges e
+                  JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
+                  WHERE e.org_id = lvl.org_id AND e.{near} = f.id
+                    AND e.relationship >= r.lo AND e.relationship <= r.hi
+                    AND (r.lo = r.hi
+                         OR NOT (e.relationship = ANY({WEIGHTED})))
+                    AND {allowed("e.relationship", f"{direction}_denied")}
+                    AND {ENTER_LVL}
+                  ORDER BY e.relationship, e.{far}
+                  LIMIT lvl.hop_cap + 1
+                ) e
+                ORDER BY r.tier
+                LIMIT lvl.hop_cap + 1
               ) x
+              WHERE raw.{direction}_hub  -- checked once per node, above the arm
             )"""
 
 
 # The walk's CTEs (walk, nodes, top, flags) and its answer (the rows of `top` with what the
 # response shows of each), shared by WALK_SQL and KEYED_WALK_SQL.
 WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
-                    held, cut_score, cut_distance, cut_id, done) AS (
-    -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays
-    SELECT 0, CAST(:seed_ids AS text[]) COLLATE "C", CAST('{{}}' AS text[]) COLLATE "C",
+                    held, cut_score, cut_distance, cut_id, done,
+                    org_id, user_id, readable_projects, k_projects, hop_cap) AS (
+    -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays,
+    -- and the reader and the hop cap (`wr`), which every step reads
+    SELECT 0, wr.seeds, CAST('{{}}' AS text[]) COLLATE "C",
            CAST('{{}}' AS int[]), CAST('{{}}' AS float8[]), CAST('{{}}' AS text[]) COLLATE "C",
-           CAST('{{}}' AS text[]), CAST(:seed_ids AS text[]) COLLATE "C",
+           CAST('{{}}' AS text[]), wr.seeds,
            CAST('{{}}' AS float8[]), CAST(NULL AS float8), CAST(NULL AS int),
-           CAST(NULL AS text) COLLATE "C", false
+           CAST(NULL AS text) COLLATE "C", false,
+           wr.org_id, wr.user_id, wr.readable_projects, wr.k_projects, wr.hop_cap
+    FROM wr
   UNION ALL
     SELECT lvl.distance + 1, nxt.ids, nxt.relationships, nxt.dir_ranks, nxt.weights, nxt.preds,
            nxt.types, lvl.visited || coalesce(nxt.ids, CAST('{{}}' AS text[])), nxt.held,
-           nxt.cut_score, nxt.cut_distance, nxt.cut_id, nxt.done
+           nxt.cut_score, nxt.cut_distance, nxt.cut_id, nxt.done,
+           lvl.org_id, lvl.user_id, lvl.readable_projects, lvl.k_projects, lvl.hop_cap
     FROM walk lvl
     CROSS JOIN LATERAL (
       WITH h AS MATERIALIZED (
-        -- step 1: every allowed hop from each frontier node f into a node t that is readable,
+        -- step 1: the allowed hops from each frontier node f into a node t that is readable,
         -- not retired and inside `project`, each arm in weight order (weight desc,
-        -- relationship, neighbour id) and numbered (`ord`); rows past :hop_cap are never
-        -- entered, they only bound what the cut may have dropped
+        -- relationship, neighbour id), numbered (`ord`) and cut after lvl.hop_cap + 1 rows: the
+        -- first lvl.hop_cap are entered, the next one only bounds what the cut may have dropped
         SELECT f.id AS pred, arm.*
         FROM unnest(CASE WHEN lvl.distance = 0 THEN lvl.ids  -- every seed; then the routes: a
                          ELSE lvl.ids[1:CAST(:level_cap AS int)] END)  -- level's first :level_cap
              AS f(id)
         CROSS JOIN LATERAL (
-          -- is f a hub, either way? (index only, at most :hub_degree + 1 entries read)
-          SELECT f.id NOT LIKE 'passage\_%' AND (
-                   SELECT count(*) FROM (
-                     SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.src_id = f.id
-                     LIMIT :hub_degree + 1) d) > :hub_degree AS out_hub,
-                 f.id NOT LIKE 'passage\_%' AND (
-                   SELECT count(*) FROM (
-                     SELECT 1 FROM edges e WHERE e.org_id = :r_org AND e.dst_id = f.id
-                     LIMIT :hub_degree + 1) d) > :hub_degree AS in_hub
-          OFFSET 0  -- a fence: counted once per node, not once in each arm that asks
-        ) deg
+          -- f's first :hub_degree + 1 edges each way, read once (index only): more than
+          -- :hub_degree makes f a hub that way. They are counted before any rule, so what a
+          -- reader may not read never decides it; an ordinary node's edges are all here
+          SELECT o.ids AS out_ids, o.rels AS out_rels,
+                 coalesce(cardinality(o.ids), 0) > :hub_degree AS out_hub,
+                 i.ids AS in_ids, i.rels AS in_rels,
+                 coalesce(cardinality(i.ids), 0) > :hub_degree AS in_hub
+          FROM (
+            SELECT array_agg(e.dst_id) AS ids, array_agg(e.relationship) AS rels
+            FROM (SELECT e.dst_id, e.relationship FROM edges e
+                  WHERE e.org_id = lvl.org_id AND e.src_id = f.id
+                  LIMIT :hub_degree + 1) e
+          ) o
+          CROSS JOIN (
+            SELECT array_agg(e.src_id) AS ids, array_agg(e.relationship) AS rels
+            FROM (SELECT e.src_id, e.relationship FROM edges e
+                  WHERE CAST(:include_incoming AS boolean)
+                    AND e.org_id = lvl.org_id AND e.dst_id = f.id
+                  LIMIT :hub_degree + 1) e
+          ) i
+        ) raw
         CROSS JOIN LATERAL (
-            {_edge_arm("out")}
+            (  -- an ordinary node's edges, both ways: each probed once, numbered per direction
+              SELECT c.id, c.relationship, c.dir_rank, c.weight, c.type, c.ord, c.exact
+              FROM (
+                SELECT c.id, c.relationship, c.dir_rank, c.weight, t.type,
+                       row_number() OVER (PARTITION BY c.dir_rank
+                                          ORDER BY c.weight DESC, c.relationship, c.id) AS ord,
+                       c.relationship = ANY(CASE WHEN c.dir_rank = 0
+                                                 THEN {_tiers("out_exact")}
+                                                 ELSE {_tiers("in_exact")} END) AS exact
+                FROM (
+                  SELECT x.id, x.relationship, 0 AS dir_rank,
+                         {WEIGHT.format(rel="x.relationship")} AS weight
+                  FROM unnest(raw.out_ids, raw.out_rels) AS x(id, relationship)
+                  WHERE NOT raw.out_hub AND {allowed("x.relationship", "out_denied")}
+                  UNION ALL
+                  SELECT x.id, x.relationship, 1, {WEIGHT.format(rel="x.relationship")}
+                  FROM unnest(raw.in_ids, raw.in_rels) AS x(id, relationship)
+                  WHERE NOT raw.in_hub AND {allowed("x.relationship", "in_denied")}
+                ) c
+                JOIN entities t ON t.org_id = lvl.org_id AND t.id = c.id AND {ENTER_LVL}
+              ) c
+              WHERE c.ord <= lvl.hop_cap + 1
+            )
             UNION ALL
-            {_edge_arm("in")}
-            UNION ALL (  -- outgoing mentions: f mentions t
-              SELECT m.dst_id, 'MENTIONS', 0,
-                     {WEIGHT.format(rel="'MENTIONS'")}, t.type,
-                     row_number() OVER (ORDER BY m.dst_id), true
-              FROM mentions m
-              JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-              WHERE m.org_id = :r_org AND m.src_id = f.id
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+            {_hub_arm("out")}
+            UNION ALL
+            {_hub_arm("in")}
+            UNION ALL (  -- outgoing mentions: f mentions t (one weight: index order)
+              SELECT m.id, 'MENTIONS', 0, {WEIGHT.format(rel="'MENTIONS'")}, m.type,
+                     row_number() OVER (ORDER BY m.id), true
+              FROM (
+                SELECT m.dst_id AS id, t.type
+                FROM mentions m
+                JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
+                WHERE m.org_id = lvl.org_id AND m.src_id = f.id
+                  AND {ENTER_LVL}
+                ORDER BY m.dst_id
+                LIMIT lvl.hop_cap + 1
+              ) m
+              WHERE f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed("'MENTIONS'", "out_denied")}
-                AND {ENTER}
-              ORDER BY m.dst_id
-              LIMIT :hop_cap + 1
             ) UNION ALL (  -- incoming mentions: t mentions f
-              SELECT m.src_id, 'MENTIONS', 1,
-                     {WEIGHT.format(rel="'MENTIONS'")}, t.type,
-                     row_number() OVER (ORDER BY m.src_id), true
-              FROM mentions m
-              JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
+              SELECT m.id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}, m.type,
+                     row_number() OVER (ORDER BY m.id), true
+              FROM (
+                SELECT m.src_id AS id, t.type
+                FROM mentions m
+                JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
+                WHERE m.org_id = lvl.org_id AND m.dst_id = f.id
+                  AND {ENTER_LVL}
+                ORDER BY m.src_id
+                LIMIT lvl.hop_cap + 1
+              ) m
               WHERE CAST(:include_incoming AS boolean)
-                AND m.org_id = :r_org AND m.dst_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed("'MENTIONS'", "in_denied")}
-                AND {ENTER}
-              ORDER BY m.src_id
-              LIMIT :hop_cap + 1
             ) UNION ALL (  -- synthetic, first hop only: other members of a seed's communities
-              SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                     {WEIGHT.format(rel="'SHARES_COMMUNITY'")}, t.type,
-                     row_number() OVER (ORDER BY c2.entity_id, c2.community_id), true
-              FROM community_members c1
-              JOIN community_members c2
-                ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-              JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
+              SELECT c.id, 'SHARES_COMMUNITY', 0, {WEIGHT.format(rel="'SHARES_COMMUNITY'")},
+                     c.type, row_number() OVER (ORDER BY c.id), true
+              FROM (
+                SELECT DISTINCT c2.entity_id AS id, t.type
+                FROM community_members c1
+                JOIN community_members c2
+                  ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
+                JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
+                WHERE c1.org_id = lvl.org_id AND c1.entity_id = f.id
+                  AND c2.entity_id <> f.id  -- not its own co-member
+                  AND {ENTER_LVL}
+                ORDER BY c2.entity_id
+                LIMIT lvl.hop_cap + 1
+              ) c
               WHERE lvl.distance = 0
-                AND c1.org_id = :r_org AND c1.entity_id = f.id
-                AND c2.entity_id <> f.id  -- not its own co-member
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
-                AND {ENTER}
-              ORDER BY c2.entity_id, c2.community_id
-              LIMIT :hop_cap + 1
             ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
               SELECT t.id, {PASSAGE_REL}, 0,
                      {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
@@ -271,24 +329,26 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
               WHERE f.id LIKE 'passage\_%'  -- only passages have a parent
-                AND p.org_id = :r_org AND p.id = f.id
+                AND p.org_id = lvl.org_id AND p.id = f.id
                 AND {allowed(PASSAGE_REL, "out_denied")}
-                AND {ENTER}
+                AND {ENTER_LVL}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
-              SELECT p.id, {PASSAGE_REL}, 1,
-                     {WEIGHT.format(rel=PASSAGE_REL)}, 'passage',
+              SELECT p.id, p.relationship, 1, {WEIGHT.format(rel="p.relationship")}, 'passage',
                      row_number() OVER (ORDER BY p.id), true
-              FROM passages p
-              JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
+              FROM (
+                SELECT p.id, {PASSAGE_REL} AS relationship
+                FROM passages p
+                JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
+                WHERE p.org_id = lvl.org_id AND p.parent_id = f.id
+                  AND {allowed(PASSAGE_REL, "in_denied")}
+                  AND {ENTER_LVL}
+                ORDER BY p.id
+                LIMIT lvl.hop_cap + 1
+              ) p
               WHERE CAST(:include_incoming AS boolean)
                 -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
                 AND CAST(:rel_filter AS text[]) IS NOT NULL
-                AND p.org_id = :r_org AND p.parent_id = f.id
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-                AND {allowed(PASSAGE_REL, "in_denied")}
-                AND {ENTER}
-              ORDER BY p.id
-              LIMIT :hop_cap + 1
             )
         ) arm
       ),
@@ -296,95 +356,93 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
         -- step 2: each unvisited node's best hop from the previous level: highest weight,
         -- then relationship name, outgoing before incoming, then predecessor id
         SELECT DISTINCT ON (c.id) c.id, c.relationship, c.dir_rank, c.weight, c.pred, c.type
-        FROM (SELECT * FROM h WHERE h.ord <= :hop_cap OFFSET 0) c  -- a fence: anti-join once
+        FROM (SELECT * FROM h WHERE h.ord <= lvl.hop_cap OFFSET 0) c  -- a fence: anti-join once
         LEFT JOIN unnest(lvl.visited) AS v(id) ON v.id = c.id
         WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
         ORDER BY c.id, c.weight DESC, c.relationship, c.dir_rank, c.pred
       ),
-      ranked AS (
-        -- step 3: the level in answer order (weight desc, id). The last level keeps only the
-        -- best :limit + 1 nodes of the asked types (nothing deeper can use the others, and any
-        -- other ranks after them); an earlier level keeps the best :level_cap nodes of any type
-        -- as routes (the next level expands them), and at least :limit + 1 as answers (a level
-        -- cap under the limit stops the walk going deeper, never drops a node already found)
-        SELECT b.*, row_number() OVER (ORDER BY b.weight DESC, b.id) AS rk
-        FROM best b
-        WHERE lvl.distance + 1 < :depth
-           OR CAST(:types AS text[]) IS NULL OR b.type = ANY(CAST(:types AS text[]))
-      ),
-      kept AS (
-        SELECT r.* FROM ranked r
-        WHERE r.rk <= CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
-                           ELSE :limit + 1 END
-      ),
-      cuts AS (
-        -- what the caps of this level may have dropped, as the best (score, distance, id) a
-        -- dropped node could have: a row past :hop_cap (its id bounds the dropped ones only
-        -- when no other relationship of its weight follows it), the first node past those
-        -- kept, the deeper nodes of a kept node past :level_cap (not a route); and when
-        -- something was dropped before the last level, any deeper node
-        SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
-               lvl.distance + 1 AS distance,
-               CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
-        FROM h WHERE h.ord > :hop_cap
-        UNION ALL
-        SELECT {SCORE.format(weight="r.weight", distance="lvl.distance + 1")},
-               lvl.distance + 1, r.id
-        FROM ranked r
-        WHERE lvl.distance + 1 < :depth AND r.rk = greatest(:level_cap, :limit + 1) + 1
-        UNION ALL
-        SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
-               lvl.distance + 2, '' COLLATE "C"
-        FROM ranked r
-        WHERE lvl.distance + 1 < :depth AND r.rk = :level_cap + 1 AND :level_cap < :limit + 1
+      lv AS (
+        -- step 3: the level in answer order (weight desc, id), one node more than it keeps
+        -- (that one bounds the cut). The last level keeps only the best :limit + 1 nodes of
+        -- the asked types (nothing deeper can use the others, and any other ranks after
+        -- them); an earlier level keeps the best :level_cap nodes of any type as routes (the
+        -- next level expands them), and at least :limit + 1 as answers (a level cap under the
+        -- limit stops the walk going deeper, never drops a node already found)
+        SELECT k.keep, b.ids, b.relationships, b.dir_ranks, b.weights, b.preds, b.types
+        FROM (SELECT CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
+                          ELSE :limit + 1 END AS keep) k
+        CROSS JOIN LATERAL (
+          -- in the order of the sorted rows below (one top-N sort, no sort per array)
+          SELECT array_agg(b.id) AS ids, array_agg(b.relationship) AS relationships,
+                 array_agg(b.dir_rank) AS dir_ranks, array_agg(b.weight) AS weights,
+                 array_agg(b.pred) AS preds, array_agg(b.type) AS types
+          FROM (
+            SELECT b.* FROM best b
+            WHERE lvl.distance + 1 < :depth
+               OR CAST(:types AS text[]) IS NULL OR b.type = ANY(CAST(:types AS text[]))
+            ORDER BY b.weight DESC, b.id
+            LIMIT k.keep + 1
+          ) b
+        ) b
       ),
       held AS (
-        -- the best :limit + 1 scores of the asked types seen so far (for the early stop)
-        SELECT array_agg(x.score ORDER BY x.score DESC) AS scores
+        -- the best :limit + 1 scores of the asked types so far (for the early stop), best first
+        SELECT array_agg(x.score) AS scores
         FROM (
           SELECT x.score FROM (
             SELECT u.score FROM unnest(lvl.held) AS u(score)
             UNION ALL
             SELECT {SCORE.format(weight="k.weight", distance="lvl.distance + 1")}
-            FROM kept k
+            FROM lv CROSS JOIN LATERAL unnest(lv.weights[1:lv.keep], lv.types[1:lv.keep])
+              AS k(weight, type)
             WHERE CAST(:types AS text[]) IS NULL OR k.type = ANY(CAST(:types AS text[]))
           ) x
           ORDER BY x.score DESC
           LIMIT :limit + 1
         ) x
+      ),
+      cut AS (
+        -- step 4, what the caps of this level may have dropped, as the best (score,
+        -- distance, id) a dropped node could have: the row after an arm's lvl.hop_cap (its id
+        -- bounds the dropped ones only when no other relationship of its weight follows it),
+        -- the first node past those kept before the last level, and then any deeper node
+        -- (also when a level cap under the limit left nodes out of the routes)
+        SELECT c.score, c.distance, c.id
+        FROM (
+          SELECT {SCORE.format(weight="h.weight", distance="lvl.distance + 1")} AS score,
+                 lvl.distance + 1 AS distance,
+                 CASE WHEN h.exact THEN h.id ELSE '' END COLLATE "C" AS id
+          FROM h WHERE h.ord > lvl.hop_cap
+          UNION ALL
+          SELECT {SCORE.format(weight="lv.weights[lv.keep + 1]", distance="lvl.distance + 1")},
+                 lvl.distance + 1, lv.ids[lv.keep + 1]
+          FROM lv WHERE lvl.distance + 1 < :depth AND cardinality(lv.ids) > lv.keep
+          UNION ALL
+          SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
+                 lvl.distance + 2, '' COLLATE "C"
+          FROM lv
+          WHERE lvl.distance + 1 < :depth
+            AND (cardinality(lv.ids) > least(lv.keep, :level_cap)
+                 OR EXISTS (SELECT 1 FROM h WHERE h.ord > lvl.hop_cap))
+        ) c
+        ORDER BY c.score DESC, c.distance, c.id
+        LIMIT 1
       )
-      SELECT k.ids, k.relationships, k.dir_ranks, k.weights, k.preds, k.types,
+      SELECT lv.ids[1:lv.keep] AS ids, lv.relationships[1:lv.keep] AS relationships,
+             lv.dir_ranks[1:lv.keep] AS dir_ranks, lv.weights[1:lv.keep] AS weights,
+             lv.preds[1:lv.keep] AS preds, lv.types[1:lv.keep] AS types,
              coalesce(held.scores, CAST('{{}}' AS float8[])) AS held,
-             c.score AS cut_score, c.distance AS cut_distance, c.id AS cut_id,
-             -- step 4, the early stop: nothing entered, or :limit + 1 nodes held that no
-             -- deeper node can beat (a node at distance d + 1 scores at most
-             -- score(:max_weight, d + 1); on a tie the shallower node wins)
-             k.ids IS NULL OR coalesce(cardinality(held.scores) > :limit
+             cut.score AS cut_score, cut.distance AS cut_distance, cut.id AS cut_id,
+             -- the early stop: nothing entered, or :limit + 1 nodes held that no deeper node
+             -- can beat (a node at distance d + 1 scores at most score(:max_weight, d + 1);
+             -- on a tie the shallower node wins)
+             lv.ids IS NULL OR coalesce(cardinality(held.scores) > :limit
                AND held.scores[:limit + 1] >=
                  {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
                false) AS done
-      FROM (
-        SELECT array_agg(kept.id ORDER BY kept.rk) AS ids,
-               array_agg(kept.relationship ORDER BY kept.rk) AS relationships,
-               array_agg(kept.dir_rank ORDER BY kept.rk) AS dir_ranks,
-               array_agg(kept.weight ORDER BY kept.rk) AS weights,
-               array_agg(kept.pred ORDER BY kept.rk) AS preds,
-               array_agg(kept.type ORDER BY kept.rk) AS types
-        FROM kept
-      ) k
+      FROM lv
       CROSS JOIN held
-      LEFT JOIN (
-        SELECT cut.score, cut.distance, cut.id
-        FROM (
-          SELECT * FROM cuts
-          UNION ALL  -- a dropped node was a route: any deeper node may differ
-          SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
-                 lvl.distance + 2, '' COLLATE "C"
-          WHERE lvl.distance + 1 < :depth AND EXISTS (SELECT 1 FROM cuts)
-        ) cut
-        ORDER BY cut.score DESC, cut.distance, cut.id
-        LIMIT 1
-      ) c ON true
+      LEFT JOIN cut ON true
     ) nxt
     WHERE lvl.distance < :depth AND NOT lvl.done
 ),
@@ -425,69 +483,81 @@ flags AS (
 )"""
 
 WALK_ANSWER = r"""LEFT JOIN LATERAL (
-    SELECT w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
-           coalesce(te.name, pe.name) AS name,
-           coalesce(te.project_id, pe.project_id) AS project_id,
-           coalesce(te.lifecycle, pe.lifecycle) AS lifecycle,
-           coalesce(te.metadata, CAST('{}' AS jsonb)) AS metadata,
-           -- the preview's first characters only: a long body is not decompressed whole (its
-           -- full length is never needed: it fits iff the prefix is at most :preview_chars)
-           left(coalesce(te.content, pp.content), :preview_chars + 1) AS content_prefix,
-           pp.passage_index, pp.parent_id, pp.breadcrumb, pe.passage_total,
-           CASE WHEN w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1 THEN (
-             -- the community behind a synthetic hop: the smallest one the node shares with
-             -- its predecessor (a seed); both ends already passed the read rule
-             SELECT min(c1.community_id)
-             FROM community_members c1
-             JOIN community_members c2
-               ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-             WHERE c1.org_id = :r_org AND c1.entity_id = w.pred AND c2.entity_id = w.id
-           ) END AS community_id
+    SELECT w.rn, w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
+           coalesce(te.name, pp.name) AS name,
+           coalesce(te.project_id, pp.project_id) AS project_id,
+           coalesce(te.lifecycle, pp.lifecycle) AS lifecycle,
+           coalesce(te.content_prefix, pp.content_prefix) AS content_prefix,
+           -- the neighbour's metadata as the response shows it, as JSON text: a memory's own
+           -- (a passage: its breadcrumb and its parent's passage count), the community behind
+           -- a synthetic hop, and whether the preview was cut
+           CAST(coalesce(te.metadata, jsonb_build_object('breadcrumb', pp.breadcrumb,
+                                                         'passage_total', pp.passage_total))
+                || coalesce(c.community, CAST('{}' AS jsonb))
+                || jsonb_build_object('content_truncated', char_length(
+                     coalesce(te.content_prefix, pp.content_prefix)) > :preview_chars)
+                AS text) AS metadata,
+           pp.passage_index, pp.parent_id, pp.breadcrumb, pp.passage_total
     FROM top w
-    LEFT JOIN entities te ON te.org_id = :r_org AND te.id = w.id
-    LEFT JOIN passages pp ON pp.org_id = :r_org AND pp.id = w.id
-    LEFT JOIN entities pe ON pe.org_id = :r_org AND pe.id = pp.parent_id
-    ORDER BY w.score DESC, w.distance, w.id
+    CROSS JOIN wr
+    LEFT JOIN LATERAL (  -- a memory (never a passage id: each table checks its prefix)
+      SELECT te.name, te.project_id, te.lifecycle, te.metadata,
+             -- the preview's first characters only: a long body is not decompressed whole
+             -- (its full length is never needed: it fits iff the prefix is at most
+             -- :preview_chars)
+             left(te.content, :preview_chars + 1) AS content_prefix
+      FROM entities te
+      WHERE w.id NOT LIKE 'passage\_%' AND te.org_id = wr.org_id AND te.id = w.id
+    ) te ON true
+    LEFT JOIN LATERAL (  -- a passage and its parent
+      SELECT left(pp.content, :preview_chars + 1) AS content_prefix, pp.passage_index,
+             pp.parent_id, pp.breadcrumb, pe.name, pe.project_id, pe.lifecycle, pe.passage_total
+      FROM passages pp
+      JOIN entities pe ON pe.org_id = pp.org_id AND pe.id = pp.parent_id
+      WHERE w.id LIKE 'passage\_%' AND pp.org_id = wr.org_id AND pp.id = w.id
+    ) pp ON true
+    LEFT JOIN LATERAL (
+      -- the community behind a synthetic hop: the smallest one the node shares with its
+      -- predecessor (a seed); both ends already passed the read rule
+      SELECT jsonb_build_object('community_id', min(c1.community_id)) AS community
+      FROM community_members c1
+      JOIN community_members c2
+        ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
+      WHERE w.relationship = 'SHARES_COMMUNITY' AND w.distance = 1
+        AND c1.org_id = wr.org_id AND c1.entity_id = w.pred AND c2.entity_id = w.id
+      HAVING min(c1.community_id) IS NOT NULL
+    ) c ON true
+    ORDER BY w.rn
 ) r ON true"""
+
 
 WALK_SQL = text(
     f"""/* sibyl:expand_neighbors */
-WITH RECURSIVE {WALK_CTES}
+WITH RECURSIVE wr AS (
+    -- the reader, the resolved seeds and the hop cap, as bound
+    SELECT CAST(:r_org AS text) COLLATE "C" AS org_id, CAST(:r_user AS text) AS user_id,
+           CAST(:r_projects AS text[]) AS readable_projects,
+           CASE WHEN CAST(:r_restricted AS boolean) THEN CAST('{{}}' AS text[]) END AS k_projects,
+           CAST(:seed_ids AS text[]) COLLATE "C" AS seeds, CAST(:hop_cap AS int) AS hop_cap
+),
+{WALK_CTES}
 SELECT f.capped, f.caps_cut, r.*
 FROM flags f
 {WALK_ANSWER}"""
 )
 
 
-# The REST expand in ONE statement (issue 15): the reader row of the API key, the seeds it may
-# walk from, and the walk, as WALK_SQL with every value of the reader and the seeds taken from
-# the statement's own `rd` and `sd` instead of bound parameters. One statement is one snapshot,
-# so it needs no transaction (BEGIN and COMMIT were two of the request's four round trips), and
-# it is sent on connections whose plan mode is generic (app.core.db.statement_engine): it is
-# planned once per connection, then only executed. No cache of keys: a revoked or unknown key has
-# no `rd` row, so the statement returns no row at all and reads nothing (401); a key without the
-# `read` scope has no seeds (NULL), so nothing is read either (403). The read rule gates the seeds
-# and every step of the walk exactly as in WALK_SQL (the same fragment, with the reader's values
-# as one-row sub-selects of `rd`). The hop cap is sized from the resolved seeds as
-# app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured cap, or NULL).
-_FROM_KEY = {  # a bound parameter of WALK_SQL → the same value, computed by this statement
-    r"CAST\(:r_projects AS text\[\]\)": "CAST((SELECT rd.readable_projects FROM rd) AS text[])",
-    r":r_org\b": "(SELECT rd.org_id FROM rd)",
-    r":r_user\b": "(SELECT rd.user_id FROM rd)",
-    r":r_restricted\b": "(SELECT rd.k_projects IS NOT NULL FROM rd)",
-    r"CAST\(:seed_ids AS text\[\]\)": "(SELECT sd.seeds FROM sd)",
-    r":hop_cap\b": "(SELECT sd.hop_cap FROM sd)",
-}
-
-
-def from_key(sql: str) -> str:
-    """``sql`` (a part of the walk) with the bound reader and seeds replaced by the values
-    :data:`KEYED_WALK_SQL` computes (``_FROM_KEY``)."""
-    for bound, computed in _FROM_KEY.items():
-        sql = re.sub(bound, computed, sql)
-    return sql
-
-
+# The REST and MCP expand in ONE statement: the reader row of the API key, the seeds it may
+# walk from, and the walk, as WALK_SQL with the reader, the seeds and the hop cap (`wr`) computed
+# by the statement's own `rd` and `sd` instead of bound. One statement is one snapshot, so it
+# needs no transaction, and it is sent on connections whose plan mode is generic
+# (app.core.db.statement_engine): it is planned once per connection, then only executed. No cache
+# of keys: a revoked or unknown key has no `rd` row, so the statement returns no row at all and
+# reads nothing (401); a key without the `read` scope has no seeds (NULL), so nothing is read
+# either (403). The read rule gates the seeds and every step of the walk exactly as in WALK_SQL
+# (the same fragment; the walk reads the reader from its own rows). The hop cap is sized from
+# the resolved seeds as app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured
+# cap, or NULL).
 KEYED_WALK_SQL = text(
     f"""/* sibyl:expand_neighbors.keyed */
 WITH RECURSIVE rd AS MATERIALIZED (
@@ -509,8 +579,10 @@ sd AS MATERIALIZED (
                  -- one row of the primary key anyway, keep both probes per seed)
                  SELECT 1 FROM entities t
                  WHERE t.org_id = rd.org_id
-                   AND t.id = coalesce((SELECT p.parent_id FROM passages p
-                                        WHERE p.org_id = rd.org_id AND p.id = s.id), s.id)
+                   AND t.id = CASE WHEN s.id LIKE 'passage\\_%'  -- a passage: its parent
+                                   THEN (SELECT p.parent_id FROM passages p
+                                         WHERE p.org_id = rd.org_id AND p.id = s.id)
+                                   ELSE s.id END
                    AND {readable_by("t", "rd")}
                    AND t.lifecycle <> 'retired'
                    AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
@@ -521,13 +593,20 @@ sd AS MATERIALIZED (
       OFFSET 0  -- a fence: the seeds are resolved once, not once per use of x.seeds
     ) x
 ),
-{from_key(WALK_CTES)}
-SELECT rd.key_id, rd.org_id, rd.user_id, rd.role, rd.scopes, rd.k_projects, rd.readable_projects,
-       sd.seeds, f.capped, r.*
+wr AS (
+    SELECT rd.org_id, rd.user_id, rd.readable_projects, rd.k_projects,
+           sd.seeds COLLATE "C" AS seeds,
+           sd.hop_cap
+    FROM rd CROSS JOIN sd
+),
+{WALK_CTES}
+SELECT CASE WHEN r.rn IS NULL OR r.rn = 1 THEN rd.scopes END AS scopes,  -- once, not per row
+       CASE WHEN r.rn IS NULL OR r.rn = 1 THEN sd.seeds END AS seeds,
+       f.capped, r.*
 FROM rd
 CROSS JOIN sd
 CROSS JOIN flags f
-{from_key(WALK_ANSWER)}"""
+{WALK_ANSWER}"""
 )
 
 
@@ -535,7 +614,7 @@ class WalkRow(NamedTuple):
     """One neighbor row of the walk, before presentation (preview, names) by the domain.
 
     A named tuple: built from the answer's columns by position, once per returned row of every
-    expand (a frozen dataclass and a column lookup by name cost ~0.4 ms a request, issue 15)."""
+    expand (a frozen dataclass and a column lookup by name cost ~0.4 ms a request)."""
 
     id: str
     distance: int
@@ -546,18 +625,21 @@ class WalkRow(NamedTuple):
     name: str
     project_id: str | None
     lifecycle: str
-    metadata: dict[str, Any]
+    metadata: str
+    """The metadata the response shows, as a JSON object's text (made by the statement: the
+    memory's own, or a passage's breadcrumb and count; ``community_id`` behind a synthetic hop;
+    ``content_truncated``)."""
     content_prefix: str
     content_length: int  # len(content_prefix): more than the budget iff the body does not fit
     passage_index: int | None
     parent_id: str | None
     breadcrumb: str | None
     passage_total: int | None
-    community_id: str | None = None  # for a SHARES_COMMUNITY hop: the community it went through
 
 
 # The columns of WALK_ANSWER (`r.*`), in order: the last columns of both walk statements.
 ANSWER_COLUMNS = (
+    "rn",
     "id",
     "distance",
     "relationship",
@@ -567,13 +649,12 @@ ANSWER_COLUMNS = (
     "name",
     "project_id",
     "lifecycle",
-    "metadata",
     "content_prefix",
+    "metadata",
     "passage_index",
     "parent_id",
     "breadcrumb",
     "passage_total",
-    "community_id",
 )
 
 
@@ -612,10 +693,10 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> WalkAnswe
 
 @dataclass(frozen=True)
 class KeyedWalk:
-    """What :data:`KEYED_WALK_SQL` answers: the reader of the key (None: unknown or revoked),
+    """What :data:`KEYED_WALK_SQL` answers: the scopes of the key (None: unknown or revoked),
     the seeds it may walk from (request order; empty without the ``read`` scope), the rows."""
 
-    reader: Reader | None
+    scopes: frozenset[str] | None
     seeds: list[str]
     rows: list[WalkRow]
     capped: bool
@@ -629,9 +710,10 @@ async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, objec
     rows = (await conn.execute(KEYED_WALK_SQL, {**params, "key_hash": hash_key(key)})).all()
     if not rows:
         return KeyedWalk(None, [], [], False)
-    first = rows[0]
-    seeds = list(first.seeds or [])
-    return KeyedWalk(reader_of(first), seeds, _walk_rows(rows), bool(first.capped))
+    first = rows[0]  # the key's scopes and the seeds come with the first row only
+    return KeyedWalk(
+        frozenset(first.scopes), list(first.seeds or []), _walk_rows(rows), bool(first.capped)
+    )
 
 
 def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
@@ -644,6 +726,7 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
     out: list[WalkRow] = []
     for r in rows:
         (
+            _rn,
             id_,
             distance,
             rel,
@@ -653,13 +736,12 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
             name,
             project_id,
             lifecycle,
-            metadata,
             prefix,
+            metadata,
             passage_index,
             parent_id,
             breadcrumb,
             passage_total,
-            community_id,
         ) = r[start:]
         if id_ is None:
             continue
@@ -674,7 +756,7 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
                 name,
                 project_id,
                 lifecycle,
-                dict(metadata),
+                metadata,
                 prefix,
                 # content_prefix holds :preview_chars + 1 characters of a longer body: as a
                 # length, its own tells whether the body fits (app.domain.preview.preview_prefix)
@@ -683,7 +765,6 @@ def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
                 parent_id,
                 breadcrumb,
                 passage_total,
-                community_id,
             )
         )
     return out
