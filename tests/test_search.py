@@ -19,7 +19,7 @@ from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import SearchSettings, build_query, search
 from app.domain.search.query import ask_positions
-from app.domain.search.rerank import best_spans, cover_order
+from app.domain.search.focus import best_spans, cover_order
 from app.mcp.server import build_mcp, fixed_key
 from app.repo import term_stats
 from app.repo.readers import reader_by_user

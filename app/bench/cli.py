@@ -177,6 +177,54 @@ def run_cmd(
         raise typer.Exit(1) from None
 
 
+@bench_cli.command("search")
+def search_cmd(
+    entities: Entities = DEFAULT_ENTITIES,
+    edges: Edges = DEFAULT_EDGES,
+    seed: Seed = DEFAULT_SEED,
+    org: Org = DEFAULT_ORG,
+    database: Database = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help=f"Smoke run on {QUICK_ENTITIES:,} memories")
+    ] = False,
+    samples: Annotated[int, typer.Option(min=3, help="Calls per case")] = 40,
+    out: Annotated[Path, typer.Option(help="Folder for search.json")] = Path("bench-results"),
+) -> None:
+    """Search's own targets (docs/benchmark.md): the semantic lane on the benchmark graph
+    (where the server has pgvector), its exactness for a reader restricted to one project, and
+    one LoCoMo question end to end over REST."""
+    from app.bench import search_bench
+    from app.bench.generate import PROJECTS, GraphSpec, reader_ids
+    from app.bench.run import ensure_graph
+    from app.core.settings import get_settings
+
+    if quick and (entities, edges) == (DEFAULT_ENTITIES, DEFAULT_EDGES):
+        entities, edges = QUICK_ENTITIES, QUICK_EDGES
+    spec = GraphSpec(entities=entities, edges=edges, seed=seed, org=org)
+    name = _database(entities, edges, seed, database)
+    summary = ensure_graph(spec, name, force=False, log=_echo)
+    from app.bench.database import bench_url
+
+    url = bench_url(name)
+    results: dict[str, object] = {"graph": spec.as_dict()}
+    import asyncio
+
+    if asyncio.run(search_bench.ensure_vectors(url, spec.org, _echo)):
+        private = [f"proj_{p}" for p, visibility, _ in PROJECTS if visibility == "private"]
+        reader = reader_ids(spec)[0]
+        results["semantic"] = asyncio.run(
+            search_bench.measure_semantic(url, spec.org, reader, private[0], samples, _echo)
+        )
+    else:
+        _echo("semantic: the server has no pgvector (run on the embedded server)")
+        results["semantic"] = None
+    results["locomo_rest"] = search_bench.measure_locomo_rest(
+        url, get_settings().locomo_dir, _echo, out
+    )
+    _echo(f"written to {search_bench.write(results, out)}")
+    del summary
+
+
 @bench_cli.command("import")
 def import_cmd(
     quick: Annotated[

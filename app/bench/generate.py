@@ -979,12 +979,17 @@ async def _run_split(conns: list[asyncpg.Connection], statements: list[str]) -> 
 
 
 async def ensure_term_stats(url: str, org: str) -> bool:
-    """Count ``org``'s search word statistics unless they are counted already (a graph generated
-    before migration 0005 has none: its search would measure the fallback weights); True when
-    it counted them. The caller has brought the schema to head."""
+    """Count ``org``'s search word statistics unless they are counted already with their impact
+    lists (a graph generated before migration 0005 has no counts, one before 0011 no lists: its
+    search would measure the fallback weights, or scan common words); True when it counted
+    them. The caller has brought the schema to head."""
     conn = await asyncpg.connect(url)
     try:
-        if await conn.fetchval("SELECT count(*) FROM term_audiences WHERE org_id = $1", org):
+        if await conn.fetchval(
+            "SELECT count(*) > 0 AND bool_and(impacts_generation IS NOT NULL)"
+            " FROM term_audiences WHERE org_id = $1",
+            org,
+        ):
             return False
         engine = make_engine(url)
         try:

@@ -90,7 +90,7 @@ from app.domain.search import (
     normalize_query,
     search_settings,
 )
-from app.domain.search.rerank import best_spans
+from app.domain.search.focus import best_spans
 from app.domain.validation import normalize_project
 from app.repo import related as related_repo
 from app.repo import search as search_repo

@@ -57,14 +57,12 @@ QUESTION_SETS = (
 
 ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("no exact lane", {"exact": False}),
-    ("no re-ranking by best span", {"rerank_depth": 0}),
     ("no promotion", {"promote": False}),
-    ("no promotion of the second result's neighbour", {"promote_second": False}),
     ("focus in plain BM25 order", {"focus_covered": 1.0, "focus_asked": 1.0}),
     ("focus without the ask's weight", {"focus_asked": 1.0}),
     ("promoted row's focus by every word", {"focus_by_ask": False}),
-    ("no name/breadcrumb boost", {"field_boost": 1.0}),
     ("semantic lane on", {"semantic": True}),
+    ("semantic lane on, half weight", {"semantic": True, "semantic_weight": 0.5}),
 )
 """Each run of the ablation table: a name and the settings it changes from the service's."""
 

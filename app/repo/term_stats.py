@@ -30,12 +30,12 @@ every current passage's (``parent_revision`` = its memory's revision), whatever 
 
 **Impact lists.** The count also writes, for every lexeme that more than ``list_length`` of the
 org's counted documents hold, each audience's ``list_length`` documents holding it with the
-highest BM25 term contribution (``tf·(k1 + 1) / (tf + k1·(1 − b + b·len / avg_len))``, ``tf``
-counting a name or breadcrumb occurrence ``field_boost`` times, ``avg_len`` the audience's mean
-length; ties by document id), not counting retired memories. They are stored under a new
-generation in their own transaction (*store*, between *count* and *stamp*; no lock), the stamp
-points each audience it stamps at that generation, and older generations are deleted after it
-(*sweep*). The full-text lane reads a common word's candidates from them
+highest BM25 term contribution (``tf·(k1 + 1) / (tf + k1·(1 − b + b·len / avg_len))``,
+``avg_len`` the audience's mean length; ties by document id), not counting retired memories.
+They are stored under a new generation in their own transaction (*store*, between *count* and
+*stamp*; no lock), the stamp points each audience it stamps at that generation, and older
+generations are deleted after it (*sweep*). The full-text lane reads a common word's
+candidates from them
 (:mod:`app.repo.search`): every document of a list is one every reader of its audience may read.
 """
 
@@ -180,10 +180,7 @@ contributions AS (  -- per document and common lexeme: BM25's term contribution
            f.tf * (CAST(:k1 AS float8) + 1) / (f.tf + CAST(:k1 AS float8) * d.norm) AS impact
     FROM normalised d
     CROSS JOIN LATERAL unnest(d.tsv) u  -- the vector read once per document
-    CROSS JOIN LATERAL (
-        SELECT cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
-                 * cardinality(array_positions(u.weights, 'A')) AS tf
-    ) f
+    CROSS JOIN LATERAL (SELECT cardinality(u.positions) AS tf) f
     WHERE u.lexeme IN (SELECT lexeme FROM common)
 ),
 ranked AS (  -- each audience's best documents per lexeme (narrow rows: the sort is the cost)
@@ -420,7 +417,6 @@ class ListParams:
     list_length: int = 200
     k1: float = 1.2
     b: float = 0.75
-    field_boost: float = 3.0
 
 
 async def refresh(

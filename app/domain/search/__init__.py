@@ -1,7 +1,7 @@
 """``search``: find a starting set by words, id, name or meaning (contract §8).
 
 One retrieval pipeline (:mod:`app.domain.search.pipeline`: query → lanes → fuse → fold →
-rerank → promote → page), every number of it in one settings object
+promote → page), every number of it in one settings object
 (:class:`~app.domain.search.settings.SearchSettings`). ``docs/search.md`` shows it on one page.
 """
 

@@ -53,8 +53,6 @@ class Ranked:
     lanes: dict[str, int]
     text_rank: float | None
     score: float
-    span_rank: float | None = None
-    """The BM25 score of its memory's best span, when the re-ranking scored its spans."""
     promoted_by: Promotion | None = None
     """Set when the promotion listed it right after the row above (its neighbour)."""
 

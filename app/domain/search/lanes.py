@@ -98,7 +98,13 @@ async def run_lanes(
         out.capped |= capped
     out.report[EXACT] = {"ran": settings.exact}
     hits, report = await semantic.lane(
-        conn, reader, query, filters, settings, readable_documents=query.documents
+        conn,
+        reader,
+        query,
+        filters,
+        settings,
+        readable_documents=query.documents,
+        org_documents=query.org_documents,
     )
     if hits is not None:
         out.hits[SEMANTIC] = hits

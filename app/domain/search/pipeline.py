@@ -7,13 +7,11 @@ Stages, each in its own module, each sending the statements its docstring names:
 2. **lanes** (:mod:`~app.domain.search.lanes`): candidates of the full-text, exact and semantic
    lanes (``sibyl:search.fulltext``, ``sibyl:search.exact``, ``sibyl:search.semantic``);
 3. **fuse** and **fold** (:mod:`~app.domain.search.fuse`): reciprocal rank fusion, then one row
-   per memory;
-4. **rerank** (:mod:`~app.domain.search.rerank`): the best memories by their best span
-   (``sibyl:search.spans``);
-5. **promote** (:mod:`~app.domain.search.promote`): the best result's strongest typed neighbour
+   per memory (its best hit: every span a query word finds competes for its memory);
+4. **promote** (:mod:`~app.domain.search.promote`): the best result's strongest typed neighbour
    right after it (``sibyl:search.promote``);
-6. **page**: the rows of ``offset``..``offset + limit`` (``sibyl:search.hits``) with their focus
-   (``sibyl:search.spans`` for a row the re-ranking did not score).
+5. **page**: the rows of ``offset``..``offset + limit`` (``sibyl:search.hits``), each with its
+   focus (:mod:`~app.domain.search.focus`, ``sibyl:search.spans``).
 
 Every number the stages use is in one :class:`~app.domain.search.settings.SearchSettings`,
 echoed in ``filters.settings``. ``context`` takes stages 1-3 (:func:`candidates`, without the
@@ -33,11 +31,11 @@ from app.domain.passages import passage_name
 from app.domain.preview import ELLIPSIS, preview_prefix
 from app.domain.reader import Reader
 from app.domain.schemas import SearchRequest, SearchResponse, SearchResult
+from app.domain.search.focus import best_spans, focus_metadata, ordered
 from app.domain.search.fuse import EXACT, FULLTEXT, LANES, SEMANTIC, Ranked, fold, fuse
 from app.domain.search.lanes import Filters, run_lanes
 from app.domain.search.promote import promote_first
 from app.domain.search.query import Query, build_query, normalize_lifecycles, normalize_query
-from app.domain.search.rerank import best_spans, focus_metadata, ordered, rerank
 from app.domain.search.settings import SearchSettings, search_settings
 from app.domain.validation import normalize_names, normalize_project
 from app.repo import search as search_repo
@@ -104,11 +102,9 @@ def hit_fields(hit: search_repo.Hit, preview_chars: int) -> dict[str, Any]:
 
 def match_metadata(ranked: Ranked) -> dict[str, Any]:
     """``metadata.match``: the hit's rank in each lane (null: not in it), its text rank (BM25;
-    null: no full-text match), ``span_rank`` (its memory's best span's BM25 when the re-ranking
-    scored it) and, on a promoted row, ``promoted_by``."""
+    null: no full-text match) and, on a promoted row, ``promoted_by``."""
     out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in LANES}
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
-    out["span_rank"] = None if ranked.span_rank is None else round(ranked.span_rank, 6)
     if ranked.promoted_by is not None:
         p = ranked.promoted_by
         out["promoted_by"] = {"id": p.id, "relationship": p.relationship, "direction": p.direction}
@@ -159,18 +155,10 @@ async def search(
 
     found = await candidates(conn, reader, text, filters, ss)
     query = found.query
-    folded = fold(found.ranked)
-
-    focused: dict[str, search_repo.Focus] = {}
-    if ss.rerank_depth > 0 and folded:
-        head = [r.memory_id for r, _ in folded[: ss.rerank_depth]]
-        scored = await best_spans(conn, reader, head, query, ss, per_memory=ss.span_limit)
-        folded = rerank(folded, {m: f.spans[0].text_rank for m, f in scored.items()}, ss)
-        focused = ordered(scored, query, ss)
     folded = await promote_first(
         conn,
         reader,
-        folded,
+        fold(found.ranked),
         ss,
         types=filters.types,
         lifecycles=filters.lifecycles,
@@ -183,10 +171,10 @@ async def search(
         ids=[r.id for r, _ in page],
         preview_chars=preview_chars,
     )
-    unfocused = [r.memory_id for r, _ in page if r.memory_id not in focused]
-    if unfocused:
-        scored = await best_spans(conn, reader, unfocused, query, ss, per_memory=ss.span_limit)
-        focused = {**focused, **ordered(scored, query, ss)}
+    memories = [r.memory_id for r, _ in page]
+    focused = ordered(
+        await best_spans(conn, reader, memories, query, ss, per_memory=ss.span_limit), query, ss
+    )
     by_ask: dict[str, search_repo.Focus] = {}
     ask = query.asked()
     promoted = [r.memory_id for r, _ in page if r.promoted_by is not None]

@@ -7,10 +7,8 @@ as edges run from the dependent to what it rests on (what the best match depends
 decides, supports), except SUPERSEDES, which runs from newer to older: incoming, its successor.
 Of those, the strongest by weight, then active before superseded, then id, that the reader may
 read and that passes the request's filters (``sibyl:search.promote``; a hidden neighbour is
-passed over exactly as an absent one). When the first result has none and
-:attr:`SearchSettings.promote_second` is on, the second result's strongest neighbour other than
-the first result is listed right after the second. The promoted row carries its source's score
-and ``metadata.match.promoted_by``.
+passed over exactly as an absent one). The promoted row carries its source's score and
+``metadata.match.promoted_by``.
 """
 
 from __future__ import annotations
@@ -79,30 +77,17 @@ async def promote_first(
     lifecycles: list[str],
     project: str | None,
 ) -> Folded:
-    """``folded`` with at most one neighbour promoted (see the module docstring): one or two
-    ``sibyl:search.promote`` statements; none when promotion is off or the list is empty."""
+    """``folded`` with at most one neighbour promoted (see the module docstring): one
+    ``sibyl:search.promote`` statement; none when promotion is off or the list is empty."""
     if not folded or not settings.promote:
         return folded
-    arms = promotion_arms(settings.promote_min_weight)
-
-    async def neighbour_of(memory: str, skip: list[str]) -> search_repo.Neighbor | None:
-        return await search_repo.promoted(
-            conn,
-            reader_params=reader.params(),
-            memory=memory,
-            arms=arms,
-            lifecycles=lifecycles,
-            types=types,
-            project=project,
-            skip=skip,
-        )
-
-    first = await neighbour_of(folded[0][0].memory_id, [])
-    if first is not None:
-        return promote(folded, first)
-    if len(folded) < 2 or not settings.promote_second:
-        return folded
-    second = await neighbour_of(folded[1][0].memory_id, [folded[0][0].memory_id])
-    if second is None:
-        return folded
-    return [folded[0], *promote(folded[1:], second)]
+    neighbor = await search_repo.promoted(
+        conn,
+        reader_params=reader.params(),
+        memory=folded[0][0].memory_id,
+        arms=promotion_arms(settings.promote_min_weight),
+        lifecycles=lifecycles,
+        types=types,
+        project=project,
+    )
+    return folded if neighbor is None else promote(folded, neighbor)

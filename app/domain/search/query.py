@@ -72,6 +72,8 @@ class Query:
     """Whether the weights come from the reader's counts (else the fallback)."""
     documents: int | None = None
     """The documents the reader reads, by its counts (None: not counted)."""
+    org_documents: int | None = None
+    """The org's counted documents (None: not counted)."""
 
     @property
     def tokens(self) -> list[str]:
@@ -96,6 +98,7 @@ class Query:
             self.scoring,
             self.counted,
             self.documents,
+            self.org_documents,
         )
 
 
@@ -179,7 +182,6 @@ async def build_query(
         avg_length=(
             max(1.0, counts.lengths / counts.documents) if counted else settings.fallback_avg_length
         ),
-        field_boost=settings.field_boost,
     )
     return Query(
         text,
@@ -187,4 +189,5 @@ async def build_query(
         scoring,
         counted,
         counts.documents if counted else None,
+        counts.org_documents if counted else None,
     )

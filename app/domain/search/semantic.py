@@ -10,9 +10,10 @@ document (:mod:`app.domain.chunks`), written by the embedding worker after write
   holds the lane's tables (pgvector); otherwise search is lexical and ``filters.lanes.semantic``
   says why;
 - compares the query's vector with every readable chunk vector (exact under the read rule) when
-  the reader's readable documents number at most :attr:`SearchSettings.semantic_exact_limit`;
-  above it, the HNSW index's nearest first, exactly again when they hold fewer than
-  ``semantic_k`` readable documents;
+  the reader's readable documents number at most :attr:`SearchSettings.semantic_exact_limit`,
+  or are less than :attr:`SearchSettings.semantic_index_share` of the org's; otherwise the HNSW
+  index's nearest first, exactly again when they hold fewer than ``semantic_k`` readable
+  documents;
 - returns the ``semantic_k`` nearest documents as ranks; reports the share of the reader's
   memories whose vectors are current (``coverage``) and the path taken.
 """
@@ -70,10 +71,11 @@ async def lane(
     settings: SearchSettings,
     *,
     readable_documents: int | None = None,
+    org_documents: int | None = None,
 ) -> tuple[list[LaneHit] | None, dict[str, Any]]:
     """The lane's hits (None: it did not run) and its report for ``filters.lanes.semantic``.
-    ``readable_documents``: the reader's readable documents by its counts (None: unknown, the
-    exact path)."""
+    ``readable_documents`` and ``org_documents``: the reader's readable documents and the org's,
+    by the counts (None: unknown, the exact path)."""
     if not settings.semantic:
         return None, {"ran": False, "reason": "off"}
     reason = models.available(settings.embedder)
@@ -84,7 +86,12 @@ async def lane(
     model = models.embedder(settings.embedder)
     vector = (await asyncio.to_thread(model.encode, [query.text]))[0]
     memories, embedded = await _coverage_of(conn, reader, model.name)
-    indexed = readable_documents is not None and readable_documents > settings.semantic_exact_limit
+    indexed = (
+        readable_documents is not None
+        and org_documents is not None
+        and readable_documents > settings.semantic_exact_limit
+        and readable_documents >= settings.semantic_index_share * org_documents
+    )
     ask = {
         "reader_params": reader.params(),
         "vector": vector,

@@ -33,8 +33,12 @@ class SearchSettings:
     """The model of the semantic lane's vectors (:mod:`app.core.embedder`)."""
     semantic_exact_limit: int = 10_000
     """Up to this many readable documents (by the reader's counts) the lane compares every
-    readable vector; above it, the index's nearest first (exact again when they hold fewer than
+    readable vector; above it, and when the reader reads at least ``semantic_index_share`` of
+    the org's documents, the index's nearest first (exact again when they hold fewer than
     ``semantic_k`` readable documents)."""
+    semantic_index_share: float = 0.5
+    """The least share of the org's documents a reader reads for the index path: a reader of
+    less is always answered exactly."""
     semantic_ef: int = 400
     """How many nearest chunks the index path reads (HNSW ``ef_search``)."""
 
@@ -48,8 +52,6 @@ class SearchSettings:
     # BM25
     k1: float = 1.2
     b: float = 0.75
-    field_boost: float = 3.0
-    """One occurrence in a name or breadcrumb counts this many."""
     fallback_avg_length: float = 100.0
     """The mean document length (distinct lexemes) assumed without the reader's counts."""
 
@@ -62,18 +64,14 @@ class SearchSettings:
     """Matches a word without lists reads per table (memories, passages)."""
 
     # stages after fusion
-    rerank_depth: int = 40
-    """The best memories whose best span re-ranks them (0: no re-ranking)."""
-    span_limit: int = 64
-    """Spans of one memory scored for its focus and re-ranking: those holding a query word."""
     promote: bool = True
     """The best result's strongest typed neighbour is listed right after it."""
-    promote_second: bool = True
-    """Without one, the second result's is listed right after the second."""
     promote_min_weight: float = 0.90
     """The least relationship weight (contract §4) a promoting edge has."""
 
     # metadata.focus
+    span_limit: int = 64
+    """Spans of one memory scored for its focus: those holding a query word."""
     focus_spans: int = 5
     """Spans a result's focus names (its ``id``, then ``next``)."""
     focus_covered: float = 0.5

@@ -40,20 +40,14 @@ READER_AUDIENCES = f"""CASE WHEN :r_restricted THEN CAST(:r_projects AS text[])
          ELSE array_append(CAST(:r_projects AS text[]), '{ORG_AUDIENCE}') END"""
 
 # Per document `c` (columns id, tsv) and query lexeme of the CTE `words` (ord, idf, lexemes):
-# its occurrences, a name or breadcrumb (A) one counting :field_boost (setweight marks the
-# query's lexemes, A positions as C and B as D; ts_filter keeps them, so a vector is never
-# unnested whole); a word then matches with the frequency of its scarcest lexeme (all of its
-# lexemes must be there).
-TERM_FREQUENCIES = """lexeme_tf AS (  -- per document and query lexeme: its positions, A boosted
-    SELECT c.id, u.lexeme,
-           cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
-             * cardinality(array_positions(u.weights, 'C')) AS tf
+# its occurrences (setweight marks the query's lexemes D, which no stored vector uses; ts_filter
+# keeps them, so a vector is never unnested whole); a word then matches with the frequency of
+# its scarcest lexeme (all of its lexemes must be there).
+TERM_FREQUENCIES = """lexeme_tf AS (  -- per document and query lexeme: its occurrences
+    SELECT c.id, u.lexeme, cardinality(u.positions) AS tf
     FROM documents c
     CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
-    CROSS JOIN LATERAL unnest(ts_filter(
-        setweight(ts_filter(c.tsv, '{a}'), 'C', q.lexemes)
-          || setweight(ts_filter(c.tsv, '{b}'), 'D', q.lexemes),
-        '{c,d}')) u
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'D', q.lexemes), '{d}')) u
 ),
 word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
     SELECT l.id, w.ord, w.idf, min(l.tf) AS tf

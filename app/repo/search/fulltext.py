@@ -43,15 +43,11 @@ from app.repo.search.common import (
     saturation,
 )
 
-# One word's frequency in the vector `{tsv}`: a name or breadcrumb occurrence counting
-# :field_boost, the scarcest of its lexemes (null: not all of them are there).
-_WORD_TF = """(SELECT CASE WHEN count(*) = cardinality(w.lexemes) THEN min(
-                     cardinality(u.positions) + (CAST(:field_boost AS float8) - 1)
-                       * cardinality(array_positions(u.weights, 'C'))) END
-             FROM unnest(ts_filter(
-                 setweight(ts_filter({tsv}, '{{a}}'), 'C', w.lexemes)
-                   || setweight(ts_filter({tsv}, '{{b}}'), 'D', w.lexemes),
-                 '{{c,d}}')) u)"""
+# One word's frequency in the vector `{tsv}`: the scarcest of its lexemes' occurrences (null:
+# not all of them are there).
+_WORD_TF = """(SELECT CASE WHEN count(*) = cardinality(w.lexemes)
+                   THEN min(cardinality(u.positions)) END
+             FROM unnest(ts_filter(setweight({tsv}, 'D', w.lexemes), '{{d}}')) u)"""
 
 
 def _contribution(tsv: str) -> str:
@@ -120,7 +116,13 @@ mine AS MATERIALIZED (  -- the reader's readable private memories (own, granted)
       AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
       AND {readable("t")}
 ),
-private AS (  -- a word with lists: its matches among them and their current passages
+mine_passages AS MATERIALIZED (  -- their current passages (a nested loop from each memory)
+    SELECT p.id, p.parent_id, t.type, p.search_tsv
+    FROM mine t
+    JOIN passages p ON p.org_id = t.org_id AND p.parent_id = t.id
+                   AND p.parent_revision = t.revision
+),
+private AS (  -- a word with lists: its matches among them and their passages
     SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.arm) AS n
     FROM words w
     CROSS JOIN LATERAL (
@@ -131,12 +133,10 @@ private AS (  -- a word with lists: its matches among them and their current pas
            AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
          LIMIT :scan_limit + 1)
       UNION ALL
-        (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
-         FROM mine t
-         JOIN passages p ON p.org_id = t.org_id AND p.parent_id = t.id
-                        AND p.parent_revision = t.revision
+        (SELECT p.id, p.parent_id, p.type, 'passage', {_contribution("p.search_tsv")}
+         FROM mine_passages p
          WHERE w.list_lexeme IS NOT NULL AND p.search_tsv @@ w.tsq
-           AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[]))
+           AND (CAST(:types AS text[]) IS NULL OR p.type = ANY(CAST(:types AS text[]))
                 OR 'passage' = ANY(CAST(:types AS text[])))
          LIMIT :scan_limit + 1)
     ) m
@@ -227,21 +227,15 @@ class Bounds:
 class Scoring:
     """BM25's constants: ``k1`` term-frequency saturation, ``b`` length normalisation,
     ``avg_length`` the length (distinct lexemes) at which a document is neither favoured nor
-    penalised, ``field_boost`` what one occurrence in a name or breadcrumb counts for."""
+    penalised."""
 
     k1: float
     b: float
     avg_length: float
-    field_boost: float
 
     def params(self) -> dict[str, float]:
-        """The bound parameters ``:k1``, ``:b``, ``:avg_length``, ``:field_boost``."""
-        return {
-            "k1": self.k1,
-            "b": self.b,
-            "avg_length": self.avg_length,
-            "field_boost": self.field_boost,
-        }
+        """The bound parameters ``:k1``, ``:b``, ``:avg_length``."""
+        return {"k1": self.k1, "b": self.b, "avg_length": self.avg_length}
 
 
 async def fulltext(

@@ -7,7 +7,8 @@ every ``search_tsv``, so a query word matches exactly what indexing made of the 
 compound word (``build-related``) counts through its parts, and a stop word has no lexeme. For
 each lexeme: the documents of the reader's audiences holding it (summed, and the most in one
 audience), and whether impact lists exist for it. With the totals of those audiences: their
-documents, summed lengths, and how many are not fresh.
+documents, summed lengths, and how many are not fresh; and the org's counted documents (a
+size, for the semantic lane's choice of path: no count of any row).
 """
 
 from __future__ import annotations
@@ -40,21 +41,25 @@ audiences AS (  -- the audiences the reader reads
 ),
 totals AS (
     SELECT count(*) FILTER (WHERE NOT a.fresh) AS stale,
-           coalesce(sum(a.documents), 0) AS documents, coalesce(sum(a.lengths), 0) AS lengths
+           coalesce(sum(a.documents), 0) AS documents, coalesce(sum(a.lengths), 0) AS lengths,
+           (SELECT coalesce(sum(s.documents), 0) FROM term_audiences s
+            WHERE s.org_id = :r_org) AS org_documents
     FROM audiences a
 ),
 lexemes AS (  -- per word and lexeme: its documents in the reader's audiences (all, most in one)
-    SELECT w.ord, w.token, l.lexeme, l.n,
-           coalesce(sum(s.df), 0) AS df, coalesce(max(s.df), 0) AS top_df,
+    SELECT w.ord, w.token, l.lexeme, l.n, d.df, d.top_df,
            EXISTS (SELECT 1 FROM term_impacts i
                    WHERE i.org_id = :r_org AND i.lexeme = l.lexeme) AS listed
     FROM words w
     CROSS JOIN LATERAL unnest(w.lexemes) WITH ORDINALITY AS l(lexeme, n)
-    LEFT JOIN term_stats s ON s.org_id = :r_org AND s.lexeme = l.lexeme
-                          AND s.audience IN (SELECT a.audience FROM audiences a)
-    GROUP BY w.ord, w.token, l.lexeme, l.n
+    CROSS JOIN LATERAL (  -- one index range per lexeme (never a pass over the statistics)
+        SELECT coalesce(sum(s.df), 0) AS df, coalesce(max(s.df), 0) AS top_df
+        FROM term_stats s
+        WHERE s.org_id = :r_org AND s.lexeme = l.lexeme AND s.audience = ANY({READER_AUDIENCES})
+    ) d
 )
-SELECT t.stale, t.documents, t.lengths, x.ord, x.token, x.lexeme, x.df, x.top_df, x.listed,
+SELECT t.stale, t.documents, t.lengths, t.org_documents,
+       x.ord, x.token, x.lexeme, x.df, x.top_df, x.listed,
        (SELECT array_agg(p.token ORDER BY p.ord) FROM parsed p) AS tokens
 FROM totals t
 LEFT JOIN lexemes x ON true
@@ -92,6 +97,8 @@ class ReaderCounts:
     lengths: int
     stale: int
     tokens: tuple[str, ...] = ()
+    org_documents: int = 0
+    """Every counted document of the org (every audience's, read or not)."""
 
 
 async def lookup_words(
@@ -105,6 +112,7 @@ async def lookup_words(
         lengths=int(rows[0].lengths),
         stale=int(rows[0].stale),
         tokens=tuple(rows[0].tokens or ()),
+        org_documents=int(rows[0].org_documents),
     )
     words: dict[int, ParsedWord] = {}
     for r in rows:

@@ -1,14 +1,8 @@
-"""Re-ranking by best span, and ``metadata.focus``: where in a memory the query's words are.
+"""``metadata.focus``: where in a memory the query's words are.
 
 **Best spans** (``sibyl:search.spans``): for a memory, its current spans that hold a query word
 (at most :attr:`SearchSettings.span_limit` of them, the index's way in), each scored with the
 full-text lane's BM25; a memory never cut is its own single span.
-
-**Re-rank** (:func:`rerank`). The first :attr:`SearchSettings.rerank_depth` memories of the
-folded list that are in the full-text lane get the text score max(their hit's, their best
-span's); the full-text ranks those memories held are handed out again in that order (ties: id),
-their fused scores recomputed and the whole list re-sorted. The depth is fixed, never derived
-from a page, so every page is a slice of one order.
 
 **Focus** (:func:`cover_order`, :func:`focus_metadata`): a result's best span first; then, up
 to :attr:`SearchSettings.focus_spans` in all, each next span the one whose query words add the
@@ -28,7 +22,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.excerpt import excerpt
 from app.domain.reader import Reader
-from app.domain.search.fuse import FULLTEXT, Folded, Ranked, fused_order, rrf_score
 from app.domain.search.query import Query
 from app.domain.search.settings import SearchSettings
 from app.repo import search as search_repo
@@ -55,36 +48,6 @@ async def best_spans(
         per_memory=per_memory,
         span_limit=settings.span_limit,
     )
-
-
-def rerank(folded: Folded, best_span: Mapping[str, float], settings: SearchSettings) -> Folded:
-    """``folded`` with its first :attr:`~SearchSettings.rerank_depth` memories re-ranked by
-    their best span (``best_span``: memory id → its best span's BM25; see the module
-    docstring)."""
-    k = settings.rerank_depth
-    head = folded[:k]
-    texted = [r for r, _ in head if FULLTEXT in r.lanes]
-    ranks = sorted(r.lanes[FULLTEXT] for r in texted)
-
-    def text_score(r: Ranked) -> float:
-        return max(r.text_rank or 0.0, best_span.get(r.memory_id, 0.0))
-
-    order = sorted(texted, key=lambda r: (-text_score(r), r.id))
-    new_rank = {r.id: rank for r, rank in zip(order, ranks, strict=True)}
-    out: Folded = []
-    for r, collapsed in head:
-        if r.id in new_rank:
-            lanes = {**r.lanes, FULLTEXT: new_rank[r.id]}
-            r = dataclasses.replace(
-                r,
-                lanes=lanes,
-                score=rrf_score(lanes, settings),
-                span_rank=best_span.get(r.memory_id),
-            )
-        out.append((r, collapsed))
-    out += folded[k:]
-    out.sort(key=lambda e: fused_order(e[0]))
-    return out
 
 
 def cover_order(
