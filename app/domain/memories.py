@@ -42,7 +42,9 @@ from app.domain import spans, write_rules
 from app.domain.passages import passage_id
 from app.repo import writes
 
-LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
+LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\](?!\()")
+"""A ``[[id]]`` link; one followed by ``(`` is a Markdown link whose text is in brackets (a
+footnote reference ``[[1]](https://...)``), not a link to a memory."""
 MAX_CONTENT_CHARS = 1_000_000
 MAX_LINKS = 1_000
 """Distinct ``[[id]]`` link targets one body may hold (more: 400). A breaker's body of 30,000
@@ -256,7 +258,9 @@ def links(content: str) -> list[str]:
     """Distinct ``[[entity_id]]`` link targets of ``content``, in order of first appearance;
     a ``[[...]]`` inside code (:func:`code_regions`) is code, not a link: a TOML array of tables
     (``[[packages]]``), a nested list (``x[[0]]``) or a C++ attribute in a sample made pending
-    links on the PEPs, and would have made MENTIONS edges to any memory with that id.
+    links on the PEPs, and would have made MENTIONS edges to any memory with that id. Nor is a
+    ``[[...]]`` directly followed by ``(``: Markdown's link with bracketed text, the form of a
+    footnote reference (``[[1]](https://example.org)``).
 
     Linear in the length: 0.1 s for a 1,000,000-character body of one-character lines, up to
     about 2 s when every line holds a backtick (each such line is read on its own); the
