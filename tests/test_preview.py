@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import regex
 
 from app.domain.preview import preview, preview_prefix
 from tests.thorough import cases
