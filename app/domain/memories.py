@@ -31,6 +31,7 @@ import itertools
 import re
 import sys
 import threading
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.errors import BadRequest, Conflict
 from app.domain import spans, write_rules
 from app.domain.passages import passage_id
+from app.domain.validation import nfc
 from app.repo import writes
 
 LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\](?!\()")
@@ -69,6 +71,14 @@ class EntityData:
     metadata: dict[str, Any] = field(default_factory=dict)
     spans: Sequence[Mapping[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        """Store text as it will be searched: name, body and span labels in Unicode NFC
+        (:func:`app.domain.validation.nfc`), declared spans moved onto the normalised body."""
+        self.name = nfc(self.name)
+        if self.spans is not None:
+            self.spans = nfc_spans(self.content, self.spans)
+        self.content = nfc(self.content)
+
     def fields(self) -> dict[str, Any]:
         """The stored columns (no spans)."""
         return {
@@ -82,6 +92,43 @@ class EntityData:
             "lifecycle": self.lifecycle,
             "metadata": self.metadata,
         }
+
+
+SPAN_SPLITS_CHARACTER = (
+    "a declared span starts inside a character: the body's characters are stored composed "
+    "(Unicode NFC), and a combining mark at a span's start would join the span before it"
+)
+
+
+def nfc_spans(content: str, declared: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """Declared spans of ``content`` moved onto its NFC form (each span's text normalised on
+    its own, offsets recounted, labels normalised). Unchanged when ``content`` is NFC already
+    (labels aside); left as given when they do not tile the body (the cut refuses them with the
+    reason). Raises ``BadRequest`` when the spans' texts normalised one by one are not the
+    body's NFC form: a span starting with a mark that composes with the character before it."""
+    labelled = [
+        {**item, "label": nfc(item["label"])}
+        if isinstance(item, Mapping) and isinstance(item.get("label"), str)
+        else item
+        for item in declared
+    ]
+    if unicodedata.is_normalized("NFC", content):
+        return labelled
+    try:
+        tiled = spans.declared_spans(content, declared)
+    except spans.SpanError:
+        return labelled
+    moved: list[Mapping[str, Any]] = []
+    offset = 0
+    for item, span in zip(labelled, tiled.spans, strict=True):
+        size = len(nfc(content[span.start : span.end]))
+        moved.append({**item, "start": offset, "end": offset + size})
+        offset += size
+    if offset != len(nfc(content)) or "".join(
+        nfc(content[s.start : s.end]) for s in tiled.spans
+    ) != nfc(content):
+        raise BadRequest(SPAN_SPLITS_CHARACTER)
+    return moved
 
 
 _FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")

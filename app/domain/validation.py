@@ -51,6 +51,13 @@ def clean_text(value: str, *, field: str) -> str:
     return value
 
 
+def nfc(value: str) -> str:
+    """``value`` in Unicode normalization form C, the one form text is stored and compared in
+    (contract §8): ``cafe\u0301`` is stored ``café``, so every spelling a user types finds it.
+    Free for text already in NFC (a quick check first)."""
+    return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
+
+
 LINE_BREAKS_AND_CONTROLS = "one line without control characters (newline, tab, ESC)"
 NOT_BLANK = "not blank"
 """:func:`line_problem`'s answer for text of only spaces and invisible characters: callers
