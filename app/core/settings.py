@@ -16,6 +16,10 @@ Every variable is optional; the defaults run the service on a fresh machine:
   per query word and table (default 200), §8
   bounded cost (see :mod:`app.domain.search`).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
+- ``SIBYL_WRITE_LOCK_WAIT_MS``: how long a write waits, in all, for the row locks of another
+  writer before it answers 503 (default 30000 ms); it waits in steps of half the statement
+  timeout (at most 1 s), each ended by a lock timeout and the write run again
+  (:func:`app.domain.session.run_write`).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
@@ -113,6 +117,7 @@ class Settings(BaseSettings):
     walk_hub_degree: int = Field(default=64, ge=0, le=100_000)
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
+    write_lock_wait_ms: int = Field(default=30_000, ge=0, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
     communities_refresh_s: float = Field(default=120.0, ge=0, le=86_400, allow_inf_nan=False)
