@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import unicodedata
+from typing import Literal
 
 import pytest
 from sqlalchemy import text
@@ -13,11 +14,11 @@ from sqlalchemy import text
 from tests.builders import import_dicts, make_key, memory_record, org_records
 from tests.team import call
 
-NFD = "NFD"
-NFC = "NFC"
+NFD: Literal["NFD"] = "NFD"
+NFC: Literal["NFC"] = "NFC"
 
 
-def spelled(form: str, value: str) -> str:
+def spelled(form: Literal["NFC", "NFD"], value: str) -> str:
     return unicodedata.normalize(form, value)
 
 
@@ -44,7 +45,7 @@ async def search_ids(client, key: str, query: str) -> list[str]:
 
 @pytest.mark.parametrize("written", [NFD, NFC])
 async def test_a_body_written_in_either_form_is_found_by_both_query_forms(
-    engine, client, org, written: str
+    engine, client, org, written: Literal["NFC", "NFD"]
 ) -> None:
     _, sfx = org
     key = await make_key(engine, f"user_ann_{sfx}", scopes=("read", "write"))
@@ -65,7 +66,7 @@ async def test_a_body_written_in_either_form_is_found_by_both_query_forms(
 
 @pytest.mark.parametrize("written", [NFD, NFC])
 async def test_a_name_written_in_either_form_is_found_by_both_query_forms(
-    engine, client, org, written: str
+    engine, client, org, written: Literal["NFC", "NFD"]
 ) -> None:
     org_id, sfx = org
     name = spelled(written, "Crème brûlée für Jürgen")
