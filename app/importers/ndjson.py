@@ -203,7 +203,10 @@ Record = Annotated[
 _RECORD = TypeAdapter(Record)
 ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
 # For the import's transaction only: room to sort a large batch in memory.
-BULK_SETTINGS_SQL = "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true)"
+BULK_SETTINGS_SQL = (
+    "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true),"
+    " set_config('gin_pending_list_limit', '65536', true)"
+)
 # Imports take turns, a transaction at a time: each reads what is stored, then inserts what is
 # new, so two at once over the same ids would both insert them (a duplicate key for the later).
 IMPORT_LOCK_SQL = "/* sibyl:import.lock */ SELECT pg_advisory_xact_lock(hashtext('sibyl:import'))"
