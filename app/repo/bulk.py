@@ -18,11 +18,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.writes import PassageRow
+from app.repo.writes import PassageRow, parts
 
-COPY_ROWS = 20_000
-"""Rows sent by one ``COPY`` (and inserted by one statement): each stays well under a second,
-so the progress display advances at least every second or two."""
+COPY_ROWS = 5_000
+"""Rows sent by one ``COPY`` and inserted by one statement (at most: memories and passages are
+also bounded by their text, :data:`app.repo.writes.TEXT_CHARS`): each statement stays well
+under a second on a busy server, so a service engine's statement timeout never ends one, and
+the progress display advances at least every second or two."""
 
 _STAGES = {
     "sibyl_stage_entities": """(
@@ -349,8 +351,7 @@ async def insert_entities(
     statement; ``rows``: (fields as for :func:`app.repo.writes.insert_entity`, their projection
     or None). Returns the ids inserted: an id a concurrent writer committed first is not."""
     inserted: set[str] = set()
-    for start in range(0, len(rows), COPY_ROWS):
-        part = rows[start : start + COPY_ROWS]
+    for part in parts(rows, COPY_ROWS, lambda r: min(len(r[0]["content"]), 100_000)):
         await stage(
             conn,
             "sibyl_stage_entities",
@@ -382,8 +383,7 @@ async def insert_passages(
 ) -> None:
     """Insert the spans ``(parent id, parent revision, span)`` of new memories through the
     staging table."""
-    for start in range(0, len(rows), COPY_ROWS):
-        part = rows[start : start + COPY_ROWS]
+    for part in parts(rows, COPY_ROWS, lambda r: len(r[2].content)):
         await stage(
             conn,
             "sibyl_stage_passages",
