@@ -187,3 +187,18 @@ def import_cmd(
         _echo(f"generated {lines:,} lines in {path}")
         report = asyncio.run(import_bench.run(path, lines, database=check_name(database)))
     typer.echo(report.render())
+
+
+@bench_cli.command("debian")
+def debian_cmd(
+    packages: Annotated[
+        Path, typer.Argument(exists=True, dir_okay=False, help="A Debian Packages file (text)")
+    ],
+    out: Annotated[Path, typer.Argument(dir_okay=False, help="The NDJSON file to write")],
+) -> None:
+    """Turn a Debian package index into an import file (a memory per package, an edge per
+    relationship; Replaces as SUPERSEDES, whose mutual pairs close cycles): the real graph the
+    import benchmark imitates. Import it with ``sibyl-pg import OUT --on-error skip``."""
+    from app.bench.debian import convert
+
+    _echo(f"wrote {convert(packages, out):,} lines to {out}")
