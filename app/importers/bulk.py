@@ -221,10 +221,13 @@ Numbered = list[tuple[int, Any]]
 
 
 def by_org(items: Numbered) -> dict[str, Numbered]:
-    """``items`` grouped by their record's ``org``, in line order."""
+    """``items`` (records with an ``org``) grouped by it, in line order."""
+    orgs = {rec.org for _, rec in items}
+    if len(orgs) == 1:  # the usual file: one org
+        return {orgs.pop(): items}
     out: dict[str, Numbered] = defaultdict(list)
     for n, rec in items:
-        out[getattr(rec, "org", "")].append((n, rec))
+        out[rec.org].append((n, rec))
     return out
 
 
