@@ -383,34 +383,6 @@ def passage_rows(
     ]
 
 
-async def create_entities(
-    conn: AsyncConnection,
-    *,
-    org_id: str,
-    items: Sequence[tuple[EntityData, spans.Projection | None]],
-) -> None:
-    """Create many new memories of ``org_id`` set-based (the bulk import), under the rules of
-    :func:`save_entity`: each ``(data, cut)`` pair comes from :func:`checked_cut`, ids are known
-    absent and distinct. Writes the rows at revision 1 with their spans, resolves the pending
-    links waiting for them, derives their links (mentions, or pending links) and retires the
-    communities of memories that gained a mention. A few statements whatever the count."""
-    if not items:
-        return
-    await writes.insert_entities(conn, org_id=org_id, rows=[(d.fields(), p) for d, p in items])
-    await writes.insert_passages(
-        conn,
-        org_id=org_id,
-        rows=[(d.id, 1, r) for d, p in items for r in passage_rows(d, 1, p)],
-    )
-    gained = await writes.resolve_pending_many(conn, org_id=org_id, ids=[d.id for d, _ in items])
-    write_rules.note_created(org_id, [d.id for d, _ in items])
-    pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
-    write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
-    await writes.derive_links(conn, org_id=org_id, pairs=pairs)
-    # links into existing memories (a pending one has no target yet: it retires nothing)
-    await write_rules.retire_bulk_link_communities(conn, org_id=org_id, pairs=[*gained, *pairs])
-
-
 async def unchanged(
     conn: AsyncConnection, *, org_id: str, items: Sequence[EntityData], keep_mark: bool
 ) -> tuple[set[str], dict[str, str]]:

@@ -628,10 +628,9 @@ class BatchWriter:
                 _, created = await bulk.insert_edges(
                     conn, org_id=org, edges=accepted, returning=True
                 )
-            marked = await entity_repo.mark_superseded_many(
+            await entity_repo.mark_superseded_many(
                 conn, org_id=org, ids=sorted({d for _, _, d in created})
             )
-            del marked
             await write_rules.retire_bulk_link_communities(
                 conn, org_id=org, pairs=sorted({(s, d) for s, _, d in created})
             )
