@@ -4,13 +4,15 @@ it the embedded PostgreSQL in the project's data folder is started and used."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 import pydantic
 import typer
@@ -18,7 +20,7 @@ from sqlalchemy import text
 
 from app.bench.cli import bench_cli
 from app.cli_admin import register as register_admin_commands
-from app.cli_progress import console, port_in_use, progress, step
+from app.cli_progress import port_in_use, progress, step
 from app.core.db import DATABASE_HINT, database_refusal, database_url, make_engine
 from app.core.errors import DomainError, Unavailable, causes
 from app.core.settings import get_settings
@@ -55,13 +57,25 @@ def migrate() -> None:
     typer.echo("database is at the newest migration", err=True)
 
 
+class OnError(enum.StrEnum):
+    """What ``sibyl-pg import`` does with a line the rules refuse."""
+
+    stop = "stop"
+    skip = "skip"
+
+
+REJECTED_EXIT = 3
+"""The exit code of an import with ``--on-error skip`` that left lines out (0: every line
+imported; 1: the import stopped, nothing more written)."""
+
+
 @cli.command("import")
 def import_(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
     batch_size: Annotated[
         int,
         typer.Option(
-            min=1, max=10_000, help="Lines per batch (committed alone with --commit-batches)"
+            min=1, max=100_000, help="Lines per batch (committed alone with --commit-batches)"
         ),
     ] = 500,
     commit_batches: Annotated[
@@ -71,15 +85,45 @@ def import_(
             help="Commit each batch on its own (default: the whole file or nothing)",
         ),
     ] = False,
+    on_error: Annotated[
+        OnError,
+        typer.Option(
+            "--on-error",
+            help="stop: a refused line stops the import, nothing written (default); skip: "
+            "refused lines go to the reject file, the rest is imported (exit code 3)",
+        ),
+    ] = OnError.stop,
+    rejects: Annotated[
+        Path | None,
+        typer.Option(
+            "--rejects",
+            dir_okay=False,
+            help="Where --on-error skip writes the refused lines, one JSON object each (line, "
+            "rule, reason, record); default: FILE.rejects.ndjson",
+        ),
+    ] = None,
 ) -> None:
-    """Bulk-import an NDJSON file: idempotent, all or nothing by default; a bad line is reported
-    with its number and the offending id."""
+    """Bulk-import an NDJSON file: idempotent (a record stated twice: the last line wins), all
+    or nothing by default; a refused line is reported with its number and the offending id, or
+    with --on-error skip left out and listed in a reject file."""
     from app.importers import ndjson
 
+    skip = on_error is OnError.skip
+    records = ndjson.read_file(file, lenient=skip)
     with file.open("rb") as fh:  # bytes: a line that is not UTF-8 is reported by the import
         total = sum(1 for line in fh if line.strip())
-    records = ndjson.read_file(file)
-    _run_import(records, total=total, batch_size=batch_size, atomic=not commit_batches)
+    target = rejects or file.with_name(file.name + ".rejects.ndjson")
+    summary = _run_import(
+        records,
+        total=total,
+        batch_size=batch_size,
+        atomic=not commit_batches,
+        on_error="skip" if skip else "stop",
+        rejects=target if skip else None,
+    )
+    if summary.rejected:
+        typer.echo(f"  rejected lines written to {target}", err=True)
+        raise typer.Exit(REJECTED_EXIT)
 
 
 @cli.command("import-peps")
@@ -102,22 +146,29 @@ def import_peps(
             records.append(record)
             if record["kind"] == "entity":
                 advance(1)
-    typer.echo(f"parsed {len(records)} records in {time.monotonic() - started:.1f}s", err=True)
+    parsed = time.monotonic() - started
+    typer.echo(f"parsed {len(records)} records in {parsed:.1f}s", err=True)
     _run_import(ndjson.from_dicts(records), total=len(records), batch_size=500)
-    typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
+    typer.echo(f"done in {time.monotonic() - started:.1f}s (PEP parsing {parsed:.1f} s)", err=True)
 
 
 def _run_import(
-    records: Iterable[Any], *, total: int, batch_size: int, atomic: bool = True
-) -> None:
+    records: Iterable[Any],
+    *,
+    total: int,
+    batch_size: int,
+    atomic: bool = True,
+    on_error: Literal["stop", "skip"] = "stop",
+    rejects: Path | None = None,
+) -> Any:
     """Import ``records`` (numbered, as :func:`app.importers.ndjson.read_file` yields them) with
-    a progress bar on a terminal (the importer's own) or periodic lines elsewhere; ``atomic``:
-    all or nothing for the whole input (else each batch commits on its own)."""
+    a progress display of its phases (:class:`app.cli_progress.PhaseProgress`); ``atomic``: all
+    or nothing for the whole input (else each batch commits on its own); refused lines of a
+    ``skip`` import written to ``rejects``. Prints the summary and returns it."""
+    from app.cli_progress import PhaseProgress
     from app.importers import ndjson
 
-    terminal = console.is_terminal
-
-    async def go(written: Callable[[int], None] | None) -> ndjson.ImportSummary:
+    async def go(display: PhaseProgress, out: IO[str] | None) -> ndjson.ImportSummary:
         engine = make_engine()
         try:
             return await ndjson.import_records(
@@ -126,22 +177,24 @@ def _run_import(
                 total=total,
                 batch_size=batch_size,
                 evidence_lines=get_settings().evidence_lines,
-                show_progress=terminal,
                 atomic=atomic,
-                on_written=written,
+                on_error=on_error,
+                on_refused=(lambda r: print(r.to_json(), file=out)) if out else None,
+                progress=display,
             )
         finally:
             await engine.dispose()
 
     try:
-        if terminal:
-            summary = asyncio.run(go(None))
-        else:  # lines as records are applied, and a heartbeat while a bulk write runs
-            with progress("importing records", total) as advance:
-                summary = asyncio.run(go(advance))
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(rejects.open("w", encoding="utf-8")) if rejects else None
+            display = stack.enter_context(PhaseProgress())
+            summary = asyncio.run(go(display, out))
     except ndjson.ImportError_ as exc:
-        raise _err(f"import stopped at {exc} ({exc.outcome()})") from None
+        more = f"; {exc.more} more lines of that step were refused" if exc.more else ""
+        raise _err(f"import stopped at {exc} ({exc.outcome()}{more})") from None
     typer.echo(summary.render())
+    return summary
 
 
 @keys_cli.command("create")

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -96,6 +96,104 @@ def progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
         finished.set()
         beat.join()
     console.print(f"  {label}: {done} done in {time.monotonic() - started:.0f} s")
+
+
+HEARTBEAT_SECONDS = 2.0
+"""A phased display (:class:`PhaseProgress`) is never silent longer: on a terminal the bar
+redraws its elapsed time four times a second; elsewhere a line is printed after this long
+without one."""
+
+
+class PhaseProgress:
+    """The display of a job in named phases (an import: reading, writing, search statistics,
+    vacuum), each with a count of units when known; a context manager. On a terminal: one
+    ``rich`` bar per phase (label, bar, done/total, elapsed), the finished ones kept. Elsewhere:
+    a line when a phase starts, at every tenth of it (at most one a second), after
+    :data:`HEARTBEAT_SECONDS` without a line, and when it ends, with its elapsed time."""
+
+    def __init__(self, *, heartbeat_s: float = HEARTBEAT_SECONDS) -> None:
+        self.heartbeat_s = heartbeat_s
+        self.terminal = console.is_terminal
+        self.lock = threading.Lock()
+        self.label = ""
+        self.total: int | None = None
+        self.done = 0
+        self.started = self.last = time.monotonic()
+        self.finished = threading.Event()
+        self.bar: Progress | None = None
+        self.task: Any = None
+        self.beat: threading.Thread | None = None
+
+    def __enter__(self) -> PhaseProgress:
+        if self.terminal:
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                refresh_per_second=4,
+            )
+            self.bar.start()
+        else:
+            self.beat = threading.Thread(target=self._heartbeat, name="progress", daemon=True)
+            self.beat.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end_phase()
+        self.finished.set()
+        if self.beat is not None:
+            self.beat.join()
+        if self.bar is not None:
+            self.bar.stop()
+
+    def _say(self, now: float, suffix: str = "") -> None:
+        self.last = now
+        done = f"{self.done}/{self.total} " if self.total else ""
+        console.print(f"  {self.label}: {done}({now - self.started:.0f} s){suffix}")
+
+    def _end_phase(self) -> None:
+        with self.lock:
+            if not self.label:
+                return
+            if self.bar is not None and self.task is not None:
+                self.bar.update(
+                    self.task, completed=self.total or self.done, total=self.total or self.done or 1
+                )
+            elif self.bar is None:
+                console.print(f"  {self.label}: done in {time.monotonic() - self.started:.1f} s")
+            self.label = ""
+
+    def phase(self, label: str, total: int | None) -> None:
+        """Start phase ``label`` of ``total`` units (None: unknown); the last one ends."""
+        self._end_phase()
+        with self.lock:
+            self.label, self.total, self.done = label, total, 0
+            self.started = time.monotonic()
+            if self.bar is not None:
+                self.task = self.bar.add_task(label, total=total)
+            else:
+                self._say(self.started)
+
+    def advance(self, n: int) -> None:
+        """``n`` more units of the running phase are done."""
+        with self.lock:
+            before, self.done = self.done, self.done + n
+            if self.bar is not None:
+                self.bar.update(self.task, advance=n)
+                return
+            now = time.monotonic()
+            tenth = max((self.total or 0) // 10, 1)
+            if before // tenth != self.done // tenth and now - self.last >= MIN_GAP_SECONDS:
+                self._say(now)
+
+    def _heartbeat(self) -> None:
+        while not self.finished.wait(self.heartbeat_s / 4):
+            with self.lock:
+                now = time.monotonic()
+                if self.label and now - self.last >= self.heartbeat_s:
+                    self._say(now)
 
 
 def port_in_use(host: str, port: int) -> bool:

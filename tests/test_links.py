@@ -59,6 +59,12 @@ from tests.thorough import cases
         ("Para.\n\n>>> x = [[a]]\n[[still_doctest]]\n\nSee [[after]].", ["after"]),  # doctest
         ("Not a start >>> [[mid]]", ["mid"]),  # '>>>' opens a doctest block only a paragraph
         ("Example\\::\n\n    [[escaped]]", ["escaped"]),  # an escaped marker is text
+        # Markdown footnote references: a link whose text is in brackets, not a memory link
+        ("Sources[[1]](https://example.org/a) and [[2]](https://b.example).", []),
+        ("See [[pep_8]] and note [[3]](https://x.example/3).", ["pep_8"]),
+        ("[[a]][[b]] and [[c]] (a parenthesis after a space)", ["a", "b", "c"]),
+        # ... and inside code samples, as above
+        ("```toml\n[[tool.poetry.packages]]\n```\nUse `[[packages]]` or [[real]].", ["real"]),
     ],
 )
 def test_code_is_not_a_link_and_nothing_else_hides_one(body: str, expected: list[str]) -> None:

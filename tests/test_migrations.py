@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import unicodedata
 
 import asyncpg
 import pytest
@@ -14,6 +15,8 @@ from alembic import command
 from alembic.script import ScriptDirectory
 
 from app.core.migrations import alembic_config, downgrade_base, upgrade
+from app.domain import spans
+from app.domain.passages import passage_id
 from tests.builders import throwaway_database
 
 
@@ -105,13 +108,13 @@ def test_a_migration_gives_up_on_a_held_lock_and_changes_nothing(empty_database)
     url = empty_database
     upgrade(url)
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    command.downgrade(alembic_config(url), "-1")
+    command.downgrade(alembic_config(url), "0009")
     before = asyncio.run(_version(url))
     assert before != head
 
     held, release = threading.Event(), threading.Event()
-    # term_audiences: the table the head migration (0011) alters
-    holder = threading.Thread(target=_hold_lock, args=(url, "term_audiences", held, release))
+    # orgs: the table migration 0010 (a table referencing it) must lock on the way to the head
+    holder = threading.Thread(target=_hold_lock, args=(url, "orgs", held, release))
     holder.start()
     try:
         assert held.wait(30)
@@ -130,10 +133,10 @@ def test_a_migration_gives_up_on_a_held_lock_and_changes_nothing(empty_database)
 def test_the_cli_says_in_one_line_that_a_migration_gave_up_on_a_lock(empty_database):
     url = empty_database
     upgrade(url)
-    command.downgrade(alembic_config(url), "-1")
+    command.downgrade(alembic_config(url), "0009")
     held, release = threading.Event(), threading.Event()
-    # term_audiences: the table the head migration (0011) alters
-    holder = threading.Thread(target=_hold_lock, args=(url, "term_audiences", held, release))
+    # orgs: the table migration 0010 (a table referencing it) must lock on the way to the head
+    holder = threading.Thread(target=_hold_lock, args=(url, "orgs", held, release))
     holder.start()
     try:
         assert held.wait(30)
@@ -159,3 +162,89 @@ async def _version(url: str) -> str | None:
         return await conn.fetchval("SELECT version_num FROM alembic_version")
     finally:
         await conn.close()
+
+
+def _old_rows(org: str) -> list[str]:
+    """Rows as writes stored them before migration 0011: decomposed text, and a paragraph over
+    the span bound stored as one passage (the old cutter's "single oversized line")."""
+    nfd = unicodedata.normalize("NFD", "Zürich café, Bäckerei. ")
+    long_line = "One sentence of a long paragraph. " * 100  # 3400 characters, no newline
+    prose = "# Head\n\n" + "Short opening paragraph.\n\n" + long_line
+    declared = unicodedata.normalize("NFD", "Crème. ") + "Tail."
+    kept = passage_id("doc", 1, 0, prose[:34])
+    return [
+        f"INSERT INTO orgs (id, name) VALUES ('{org}', 'O')",
+        f"INSERT INTO entities (org_id, id, type, name, content, scope, revision)"
+        f" VALUES ('{org}', 'nfd', 'note', '{unicodedata.normalize('NFD', 'Zürich')}',"
+        f" '{nfd}', 'org', 1)",
+        f"INSERT INTO entities (org_id, id, type, name, content, scope, revision, passage_kind,"
+        f" passage_total, passages_lossless) VALUES ('{org}', 'doc', 'document', 'Doc',"
+        f" '{prose}', 'org', 1, 'prose', 2, true)",
+        f"INSERT INTO passages (org_id, id, parent_id, parent_revision, passage_index,"
+        f" start_offset, end_offset, breadcrumb, content) VALUES"
+        f" ('{org}', '{kept}', 'doc', 1, 0, 0, 34, 'Head', '{prose[:34]}'),"
+        f" ('{org}', 'passage_old1', 'doc', 1, 1, 34, {len(prose)}, 'Head', '{prose[34:]}')",
+        f"INSERT INTO entities (org_id, id, type, name, content, scope, revision, passage_kind,"
+        f" passage_total, passages_lossless) VALUES ('{org}', 'decl', 'document', 'Decl',"
+        f" '{declared}', 'org', 1, 'declared', 2, true)",
+        f"INSERT INTO passages (org_id, id, parent_id, parent_revision, passage_index,"
+        f" start_offset, end_offset, breadcrumb, content) VALUES"
+        f" ('{org}', 'passage_d0', 'decl', 1, 0, 0, 8, 'Cre\u0300me', '{declared[:8]}'),"
+        f" ('{org}', 'passage_d1', 'decl', 1, 1, 8, 13, 'Tail', '{declared[8:]}')",
+        f"INSERT INTO term_audiences (org_id, audience, documents, lengths, fresh)"
+        f" VALUES ('{org}', '*', 3, 30, true)",
+    ]
+
+
+def test_0011_normalises_text_and_recuts_passages_keeping_unchanged_ids(empty_database):
+    url = empty_database
+    command.upgrade(alembic_config(url), "0010")
+    org = "org_mig_nfc"
+
+    async def seed_and_read() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            for sql in _old_rows(org):
+                await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(seed_and_read())
+    upgrade(url)
+
+    async def read() -> tuple[dict[str, str], list, list, bool]:
+        conn = await asyncpg.connect(url)
+        try:
+            names = {
+                r["id"]: r["name"] + "|" + r["content"]
+                for r in await conn.fetch(
+                    "SELECT id, name, content FROM entities WHERE org_id = $1", org
+                )
+            }
+            doc = await conn.fetch(
+                "SELECT id, start_offset, end_offset, content FROM passages"
+                " WHERE org_id = $1 AND parent_id = 'doc' ORDER BY passage_index",
+                org,
+            )
+            decl = await conn.fetch(
+                "SELECT start_offset, end_offset, breadcrumb, content FROM passages"
+                " WHERE org_id = $1 AND parent_id = 'decl' ORDER BY passage_index",
+                org,
+            )
+            fresh = await conn.fetchval("SELECT fresh FROM term_audiences WHERE org_id = $1", org)
+            return names, doc, decl, fresh
+        finally:
+            await conn.close()
+
+    names, doc, decl, fresh = asyncio.run(read())
+    assert names["nfd"] == "Zürich|Zürich café, Bäckerei. "  # composed now
+    assert all(unicodedata.is_normalized("NFC", v) for v in names.values())
+    # the paragraph over the bound is re-cut within it; the unchanged first span keeps its id
+    assert len(doc) > 2 and all(len(r["content"]) <= spans.HARD_MAX for r in doc)
+    body = names["doc"].split("|", 1)[1]
+    assert "".join(r["content"] for r in doc) == body
+    assert doc[0]["id"] == passage_id("doc", 1, 0, body[: doc[0]["end_offset"]])
+    # declared spans keep their boundaries, moved onto the composed text
+    assert [tuple(r) for r in decl] == [(0, 7, "Crème", "Crème. "), (7, 12, "Tail", "Tail.")]
+    assert fresh is False  # the org's search statistics are recounted
+    downgrade_base(url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,12 +12,39 @@ from tests.thorough import cases
 
 
 def reference(content: str, budget: int) -> tuple[str, bool]:
-    """The §5 rule, written as plainly as possible."""
+    """The §5 rule, written as plainly as possible, over the whole content's clusters."""
     if len(content) <= budget:
         return content, False
-    spaces = [i for i in range(budget + 1) if content[i].isspace()]
-    kept = content[: spaces[-1]] if spaces and 2 * spaces[-1] >= budget else content[:budget]
+    starts = {0} | {m.end() for m in regex.finditer(r"\X", content)}
+    spaces = [i for i in range(budget + 1) if content[i].isspace() and i in starts]
+    hard = max(b for b in starts if b <= budget)
+    kept = content[: spaces[-1]] if spaces and 2 * spaces[-1] >= budget else content[:hard]
     return kept.rstrip() + "...", True
+
+
+FLAG = "\U0001f1eb\U0001f1f7"  # France: two regional indicators
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 7 code points
+E_ACUTE = "e\u0301"  # e + combining acute accent
+
+
+@pytest.mark.parametrize(
+    ("content", "budget", "expected"),
+    [
+        ("x" * 9 + FLAG + "yyyy", 10, "x" * 9 + "..."),  # the flag's first half is left out
+        ("x" * 9 + FLAG + "yyyy", 11, "x" * 9 + FLAG + "..."),
+        ("ab" + FAMILY + "cd", 5, "ab..."),  # never ends on a zero-width joiner
+        ("ab" + FAMILY + "cd", 9, "ab" + FAMILY + "..."),
+        ("caf" + E_ACUTE + "s and more", 4, "caf..."),  # e without its accent is not kept
+        ("caf" + E_ACUTE + "s and more", 5, "caf" + E_ACUTE + "..."),
+        (FAMILY * 3, 3, "..."),  # one cluster longer than the budget: left out whole
+        ("word \u0301tail" + "x" * 20, 8, "word..."),  # a space carrying a mark starts a cluster
+    ],
+    ids=["flag-10", "flag-11", "family-5", "family-9", "accent-4", "accent-5", "long", "mark"],
+)
+def test_a_cut_never_splits_a_grapheme_cluster(content: str, budget: int, expected: str) -> None:
+    assert preview(content, budget) == (expected, True)
+    assert preview_prefix(content[: budget + 1], len(content), budget) == (expected, True)
+    assert reference(content, budget) == (expected, True)
 
 
 def test_content_that_fits_is_unchanged() -> None:

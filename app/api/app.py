@@ -8,8 +8,7 @@ with a generic message (never SQL or a stack).
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
@@ -23,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api import admin, retrieval, routes, writes
 from app.api.errors import NOT_JSON, invalid_payload
 from app.api.limits import ADMIN_PREFIX, BodyLimit, HeadAsGet, HiddenAdmin
+from app.core import logs
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
@@ -31,8 +31,6 @@ from app.domain.directory import HIDDEN
 from app.domain.session import admin_for_key, map_fault, require_key
 from app.mcp.http import mount_mcp
 from app.ui import mount_ui
-
-log = logging.getLogger("sibyl_pg")
 
 
 def create_app(
@@ -156,7 +154,8 @@ def create_app(
         )
 
     @app.exception_handler(DomainError)
-    async def _domain(_: Request, exc: DomainError) -> JSONResponse:
+    async def _domain(request: Request, exc: DomainError) -> JSONResponse:
+        logs.refused(f"{request.method} {request.url.path}", exc)
         headers = {}
         if isinstance(exc, Unavailable):
             headers["Retry-After"] = str(exc.retry_after)
@@ -164,12 +163,11 @@ def create_app(
             headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
 
-    @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         mapped = map_fault(exc)  # bad text → 400, database fault → 503, as in run_read
         if mapped is not None:
             return await _domain(request, mapped)
-        log.exception("internal error")
+        logs.internal(f"{request.method} {request.url.path}", exc)
         return JSONResponse({"detail": "Internal server error"}, status_code=500)
 
     app.include_router(routes.health)
@@ -182,4 +180,40 @@ def create_app(
     app.add_middleware(HiddenAdmin)  # /api/admin/...: a trailing slash is a 404, not a 307
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.add_middleware(HeadAsGet)  # HEAD is GET without its body (RFC 9110 §9.3.2)
+    # outermost: an exception no handler took is answered here, logged once (Starlette's own
+    # server-error handler would answer and raise it again, and the server log it a second time)
+    app.add_middleware(Unhandled, answer=_internal)
     return app
+
+
+class Unhandled:
+    """ASGI middleware answering an exception no handler took with ``answer`` (a 400, 503 or
+    500 in the one error body, logged once), instead of letting it reach the server."""
+
+    def __init__(
+        self, app: Any, answer: Callable[[Request, Exception], Awaitable[JSONResponse]]
+    ) -> None:
+        self.app = app
+        self.answer = answer
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Pass the request on; answer any exception raised before the response started."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            if started:  # part of the answer is sent: nothing else can be said
+                logs.internal(f"{scope.get('method')} {scope.get('path')}", exc)
+                return
+            response = await self.answer(Request(scope, receive), exc)
+            await response(scope, receive, send)

@@ -132,6 +132,13 @@ _MADE: weakref.WeakKeyDictionary[Engine, tuple[str, int | None, Settings]] = (
 _SIBLINGS: weakref.WeakKeyDictionary[Engine, AsyncEngine] = weakref.WeakKeyDictionary()
 
 
+def statement_timeout_of(engine: AsyncEngine) -> int | None:
+    """The statement timeout (ms) ``engine`` was made with by :func:`make_engine` (None: the
+    server's default, or an engine made elsewhere)."""
+    made = _MADE.get(engine.sync_engine)
+    return made[1] if made is not None else None
+
+
 def statement_engine(engine: AsyncEngine) -> AsyncEngine:
     """The one-statement sibling of ``engine`` (made by :func:`make_engine`): same database,
     statement timeout and pool size, but its connections run each statement on its own

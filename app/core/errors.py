@@ -70,13 +70,20 @@ class PreconditionFailed(DomainError):
 
 
 class Unavailable(DomainError):
-    """The database is unreachable, saturated, or a statement timed out (503, with Retry-After)."""
+    """The database is unreachable, saturated, or a statement timed out (503, with Retry-After).
+    ``cause`` names the fault for the server's log (:func:`describe`), never for the caller."""
 
     status = 503
 
-    def __init__(self, detail: str = "Database unavailable, retry later", retry_after: int = 2):
+    def __init__(
+        self,
+        detail: str = "Database unavailable, retry later",
+        retry_after: int = 2,
+        cause: str | None = None,
+    ):
         super().__init__(detail)
         self.retry_after = retry_after
+        self.cause = cause
 
 
 MAX_LISTED_ERRORS = 5
@@ -119,6 +126,24 @@ def shape_message(errors: Sequence[ShapeError], *, what: str = "request") -> str
     if len(errors) > MAX_LISTED_ERRORS:
         parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more")
     return f"Invalid {what}: " + "; ".join(parts) if parts else f"Invalid {what}"
+
+
+def describe(error: BaseException) -> str:
+    """The chain of ``error``'s causes as a log can say it: each exception's class and, for a
+    database error, its SQLSTATE, e.g. ``DBAPIError < QueryCanceledError (SQLSTATE 57014)``;
+    never a message (a driver's message may quote SQL or the values of a statement)."""
+    parts: list[str] = []
+    for current in causes(error):
+        name = type(current).__name__
+        code = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if isinstance(code, str) and code:
+            name += f" (SQLSTATE {code})"
+        errno = getattr(current, "errno", None) if isinstance(current, OSError) else None
+        if isinstance(errno, int):
+            name += f" (errno {errno})"
+        if name not in parts:
+            parts.append(name)
+    return " < ".join(parts)
 
 
 def causes(error: BaseException) -> Iterator[BaseException]:

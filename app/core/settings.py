@@ -24,6 +24,10 @@ Every variable is optional; the defaults run the service on a fresh machine:
   vectors are missing or stale and embeds them (default 10; 0: never, then only ``sibyl-pg
   embed`` does); it runs only where the semantic lane can (extra installed, pgvector).
 - ``SIBYL_STATEMENT_TIMEOUT_MS``: read statement timeout (default 2000 ms).
+- ``SIBYL_WRITE_LOCK_WAIT_MS``: how long a write waits, in all, for the row locks of another
+  writer before it answers 503 (default 30000 ms); it waits in steps of half the statement
+  timeout (at most 1 s), each ended by a lock timeout and the write run again
+  (:func:`app.domain.session.run_write`).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
@@ -125,6 +129,7 @@ class Settings(BaseSettings):
     embedder: str = "minilm"
     embed_interval_s: float = Field(default=10.0, ge=0, le=86_400, allow_inf_nan=False)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
+    write_lock_wait_ms: int = Field(default=30_000, ge=0, le=600_000)
     evidence_lines: int = Field(default=40, ge=1, le=10_000)
     stats_refresh_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
     communities_refresh_s: float = Field(default=120.0, ge=0, le=86_400, allow_inf_nan=False)

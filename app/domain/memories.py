@@ -31,6 +31,7 @@ import itertools
 import re
 import sys
 import threading
+import unicodedata
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,9 +41,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.errors import BadRequest, Conflict
 from app.domain import spans, write_rules
 from app.domain.passages import passage_id
+from app.domain.validation import nfc
 from app.repo import writes
 
-LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\]")
+LINK_RE = re.compile(r"\[\[([A-Za-z0-9_.:-]{1,128})\]\](?!\()")
+"""A ``[[id]]`` link; one followed by ``(`` is a Markdown link whose text is in brackets (a
+footnote reference ``[[1]](https://...)``), not a link to a memory."""
 MAX_CONTENT_CHARS = 1_000_000
 MAX_LINKS = 1_000
 """Distinct ``[[id]]`` link targets one body may hold (more: 400). A breaker's body of 30,000
@@ -67,6 +71,14 @@ class EntityData:
     metadata: dict[str, Any] = field(default_factory=dict)
     spans: Sequence[Mapping[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        """Store text as it will be searched: name, body and span labels in Unicode NFC
+        (:func:`app.domain.validation.nfc`), declared spans moved onto the normalised body."""
+        self.name = nfc(self.name)
+        if self.spans is not None:
+            self.spans = nfc_spans(self.content, self.spans)
+        self.content = nfc(self.content)
+
     def fields(self) -> dict[str, Any]:
         """The stored columns (no spans)."""
         return {
@@ -80,6 +92,43 @@ class EntityData:
             "lifecycle": self.lifecycle,
             "metadata": self.metadata,
         }
+
+
+SPAN_SPLITS_CHARACTER = (
+    "a declared span starts inside a character: the body's characters are stored composed "
+    "(Unicode NFC), and a combining mark at a span's start would join the span before it"
+)
+
+
+def nfc_spans(content: str, declared: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """Declared spans of ``content`` moved onto its NFC form (each span's text normalised on
+    its own, offsets recounted, labels normalised). Unchanged when ``content`` is NFC already
+    (labels aside); left as given when they do not tile the body (the cut refuses them with the
+    reason). Raises ``BadRequest`` when the spans' texts normalised one by one are not the
+    body's NFC form: a span starting with a mark that composes with the character before it."""
+    labelled = [
+        {**item, "label": nfc(item["label"])}
+        if isinstance(item, Mapping) and isinstance(item.get("label"), str)
+        else item
+        for item in declared
+    ]
+    if unicodedata.is_normalized("NFC", content):
+        return labelled
+    try:
+        tiled = spans.declared_spans(content, declared)
+    except spans.SpanError:
+        return labelled
+    moved: list[Mapping[str, Any]] = []
+    offset = 0
+    for item, span in zip(labelled, tiled.spans, strict=True):
+        size = len(nfc(content[span.start : span.end]))
+        moved.append({**item, "start": offset, "end": offset + size})
+        offset += size
+    if offset != len(nfc(content)) or "".join(
+        nfc(content[s.start : s.end]) for s in tiled.spans
+    ) != nfc(content):
+        raise BadRequest(SPAN_SPLITS_CHARACTER)
+    return moved
 
 
 _FENCE_LINE = re.compile(r"[ \t]*(`{3,}|~{3,})(.*)")
@@ -256,7 +305,9 @@ def links(content: str) -> list[str]:
     """Distinct ``[[entity_id]]`` link targets of ``content``, in order of first appearance;
     a ``[[...]]`` inside code (:func:`code_regions`) is code, not a link: a TOML array of tables
     (``[[packages]]``), a nested list (``x[[0]]``) or a C++ attribute in a sample made pending
-    links on the PEPs, and would have made MENTIONS edges to any memory with that id.
+    links on the PEPs, and would have made MENTIONS edges to any memory with that id. Nor is a
+    ``[[...]]`` directly followed by ``(``: Markdown's link with bracketed text, the form of a
+    footnote reference (``[[1]](https://example.org)``).
 
     Linear in the length: 0.1 s for a 1,000,000-character body of one-character lines, up to
     about 2 s when every line holds a backtick (each such line is read on its own); the
@@ -330,34 +381,6 @@ def passage_rows(
         )
         for i, s in enumerate(projection.spans)
     ]
-
-
-async def create_entities(
-    conn: AsyncConnection,
-    *,
-    org_id: str,
-    items: Sequence[tuple[EntityData, spans.Projection | None]],
-) -> None:
-    """Create many new memories of ``org_id`` set-based (the bulk import), under the rules of
-    :func:`save_entity`: each ``(data, cut)`` pair comes from :func:`checked_cut`, ids are known
-    absent and distinct. Writes the rows at revision 1 with their spans, resolves the pending
-    links waiting for them, derives their links (mentions, or pending links) and retires the
-    communities of memories that gained a mention. A few statements whatever the count."""
-    if not items:
-        return
-    await writes.insert_entities(conn, org_id=org_id, rows=[(d.fields(), p) for d, p in items])
-    await writes.insert_passages(
-        conn,
-        org_id=org_id,
-        rows=[(d.id, 1, r) for d, p in items for r in passage_rows(d, 1, p)],
-    )
-    gained = await writes.resolve_pending_many(conn, org_id=org_id, ids=[d.id for d, _ in items])
-    write_rules.note_created(org_id, [d.id for d, _ in items])
-    pairs = [(d.id, t) for d, _ in items for t in links(d.content) if t != d.id]
-    write_rules.note_pending(org_id, sorted({s for s, _ in pairs}))
-    await writes.derive_links(conn, org_id=org_id, pairs=pairs)
-    # links into existing memories (a pending one has no target yet: it retires nothing)
-    await write_rules.retire_bulk_link_communities(conn, org_id=org_id, pairs=[*gained, *pairs])
 
 
 async def unchanged(

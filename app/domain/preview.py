@@ -2,10 +2,17 @@
 
 The rule: content of at most ``budget`` characters is returned unchanged. Longer content is cut
 at its last whitespace character at a position ``<= budget`` (so at most ``budget`` characters are
-kept), or hard-cut at exactly ``budget`` characters when that whitespace lies before half the
-budget (``2 * position < budget``) or there is none; the kept text is right-stripped and ``"..."``
-is appended. The result may therefore be up to ``budget + 3`` characters long. Whitespace is
-Python's ``str.isspace`` (Unicode), characters are code points (Postgres ``char_length``).
+kept), or hard-cut at the last grapheme-cluster boundary at or before ``budget`` characters when
+that whitespace lies before half the budget (``2 * position < budget``) or there is none; the
+kept text is right-stripped and ``"..."`` is appended. The result may therefore be up to
+``budget + 3`` characters long. Whitespace is Python's ``str.isspace`` (Unicode), characters
+are code points (Postgres ``char_length``).
+
+A cut never splits a user-perceived character (an extended grapheme cluster of Unicode's
+UAX #29, as the ``regex`` module's ``\\X`` segments it): a flag stays two regional indicators, a
+family emoji keeps its joiners, ``e`` keeps the accent written after it. A cut lands before a
+whitespace character only where a cluster starts. A single cluster longer than the budget is
+left out whole (``"..."`` alone).
 
 The answer depends only on the first ``budget + 1`` characters and the total length, so a query
 may fetch ``left(content, budget + 1)`` and ``char_length(content)`` and call
@@ -16,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+import regex
+
 __all__ = ["ELLIPSIS", "preview", "preview_prefix"]
 
 ELLIPSIS = "..."
@@ -24,11 +33,28 @@ ELLIPSIS = "..."
 _LAST_WHITESPACE = re.compile(r"\s\S*\Z")
 
 
+_CLUSTER = regex.compile(r"\X")
+
+
+def _boundaries(window: str) -> list[int]:
+    """The grapheme-cluster boundaries of ``window`` (0 and every cluster's end). A boundary
+    depends only on the characters before it and the one after it, so those up to
+    ``len(window) - 1`` are the content's own."""
+    return [0, *(m.end() for m in _CLUSTER.finditer(window))]
+
+
 def _cut(window: str, budget: int) -> str:
     """Preview of content longer than ``budget`` whose first ``budget + 1`` chars are ``window``."""
     half = (budget + 1) // 2  # the smallest position p with 2 * p >= budget
+    bounds = _boundaries(window)
+    starts = set(bounds)
     found = _LAST_WHITESPACE.search(window, half)
-    kept = window[: found.start()] if found else window[:budget]
+    while found is not None and found.start() not in starts:  # whitespace inside a cluster
+        found = _LAST_WHITESPACE.search(window[: found.start()], half)
+    if found is not None:
+        kept = window[: found.start()]
+    else:
+        kept = window[: max(b for b in bounds if b <= budget)]
     return kept.rstrip() + ELLIPSIS
 
 

@@ -6,6 +6,9 @@ mapping of database faults to 503 are the same on every surface.
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn, TypeVar
 
@@ -13,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.db import one_statement, read_tx, write_tx
+from app.core.db import one_statement, read_tx, statement_timeout_of, write_tx
 from app.core.errors import (
     BadRequest,
     DomainError,
@@ -21,7 +24,9 @@ from app.core.errors import (
     Unauthorized,
     Unavailable,
     causes,
+    describe,
 )
+from app.core.settings import get_settings
 from app.domain import write_rules
 from app.domain.permissions import require_admin
 from app.domain.reader import Reader
@@ -37,6 +42,11 @@ _UNDEFINED_TABLE = "42P01"  # the schema is missing: nobody ran the migrations o
 SCHEMA_BEHIND = "The database schema is not at the newest migration (run `sibyl-pg migrate`)"
 _RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock detected: run it again
 WRITE_ATTEMPTS = 3
+_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout: another transaction held a lock this one waited on
+LOCK_WAIT_TOO_LONG = "Another write held this memory longer than the write waits; retry"
+LOCK_TIMEOUT_SQL = text(
+    "/* sibyl:write.lock_timeout */ SELECT set_config('lock_timeout', :ms, true)"
+)
 
 
 def _sqlstate(error: BaseException) -> str | None:
@@ -55,19 +65,23 @@ def schema_missing(error: BaseException) -> bool:
 
 
 def as_unavailable(error: BaseException) -> Unavailable | None:
-    """The 503 a database fault maps to, or None when ``error`` is not a fault (a bug: 500)."""
+    """The 503 a database fault maps to (its ``cause`` describing ``error`` for the log), or
+    None when ``error`` is not a fault (a bug: 500)."""
+    cause = describe(error)
     if isinstance(error, sa_exc.TimeoutError):
-        return Unavailable("Database is saturated, retry later")
+        return Unavailable("Database is saturated, retry later", cause=cause)
     if isinstance(error, (OSError, ConnectionError)):
-        return Unavailable()
+        return Unavailable(cause=cause)
     if schema_missing(error):
-        return Unavailable(SCHEMA_BEHIND, retry_after=10)
+        return Unavailable(SCHEMA_BEHIND, retry_after=10, cause=cause)
     if isinstance(error, sa_exc.DBAPIError):
         code = _sqlstate(error)
         if code == "57014":
-            return Unavailable("The query took longer than the statement timeout")
+            return Unavailable("The query took longer than the statement timeout", cause=cause)
+        if code == _LOCK_NOT_AVAILABLE:
+            return Unavailable(LOCK_WAIT_TOO_LONG, retry_after=1, cause=cause)
         if code is None or code.startswith(_UNAVAILABLE_CLASSES) or error.connection_invalidated:
-            return Unavailable()
+            return Unavailable(cause=cause)
     return None
 
 
@@ -229,6 +243,15 @@ async def _settle(engine: AsyncEngine, unsettled: write_rules.Unsettled, reader:
         return
 
 
+def lock_timeout_ms(statement_timeout_ms: int | None) -> int:
+    """How long one statement of a write waits for a row lock before the write is run again:
+    half the statement timeout (at most a second), so a lock wait ends as a lock timeout,
+    which is retried, before the statement timeout, which is not."""
+    if statement_timeout_ms is None:
+        return 1000
+    return max(1, min(1000, statement_timeout_ms // 2))
+
+
 async def run_write(
     engine: AsyncEngine,
     key: str | None,
@@ -239,13 +262,20 @@ async def run_write(
     """Authenticate ``key`` (scope ``write`` by default) and run ``verb`` in one transaction,
     committed before this returns (a caller never acknowledges an uncommitted write).
 
-    A transaction PostgreSQL rolled back as a deadlock victim or a serialization failure is run
-    again from the start (``verb`` must not keep state across calls), up to
-    :data:`WRITE_ATTEMPTS` times in all; then it is a 503 with ``Retry-After``. A pooled
-    connection found dead by the key lookup (the first statement, before any write) is replaced
-    and the unit run once more (:func:`_stale`); found dead later, it is a 503."""
+    A write waits for the row locks another writer holds, not for the read statement timeout:
+    each statement waits at most :func:`lock_timeout_ms` for a lock, then the transaction is
+    rolled back and run again from the start (``verb`` must not keep state across calls), after
+    a short pause, until the lock is free or ``SIBYL_WRITE_LOCK_WAIT_MS`` (default 30 s) has
+    passed: then it is a 503 with ``Retry-After``. A transaction PostgreSQL rolled back as a
+    deadlock victim or a serialization failure is run again too, up to :data:`WRITE_ATTEMPTS`
+    times in all. A pooled connection found dead by the key lookup (the first statement,
+    before any write) is replaced and the unit run once more (:func:`_stale`); found dead
+    later, it is a 503."""
     require_key(key)  # no key: refused before a connection is taken
+    wait_ms = str(lock_timeout_ms(statement_timeout_of(engine)))
+    deadline = time.monotonic() + get_settings().write_lock_wait_ms / 1000
     attempt = 0
+    pause = 0.02
     revived = False  # one more run allowed when the pooled connection was found dead
     while True:
         attempt += 1
@@ -253,6 +283,7 @@ async def run_write(
         try:
             with write_rules.settling() as unsettled:
                 async with write_tx(engine) as conn:
+                    await conn.execute(LOCK_TIMEOUT_SQL, {"ms": wait_ms})
                     reader = await authenticate(conn, key, scope=scope)
                     authenticated = True
                     result = await verb(conn, reader)
@@ -266,10 +297,20 @@ async def run_write(
                 revived = True
                 attempt -= 1
                 continue
-            if not (isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in _RETRYABLE):
+            code = _sqlstate(error) if isinstance(error, sa_exc.DBAPIError) else None
+            if code == _LOCK_NOT_AVAILABLE and time.monotonic() + pause < deadline:
+                attempt -= 1  # a lock wait is no failed attempt: wait on
+                await asyncio.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 0.25)
+                continue
+            if code not in _RETRYABLE:
                 raise_fault(error)
             if attempt == WRITE_ATTEMPTS:
-                raise Unavailable("Concurrent writes collided, retry", retry_after=1) from None
+                raise Unavailable(
+                    "Concurrent writes collided, retry",
+                    retry_after=1,
+                    cause=f"{WRITE_ATTEMPTS} attempts: {describe(error)}",
+                ) from None
 
 
 NOT_READY_UNREACHABLE = "database unreachable"

@@ -33,15 +33,22 @@ Types other than ``observation`` and :data:`NEVER_CUT_TYPES` (``task``, ``person
 
   - its intro is one unit when it is at most :data:`HARD_MAX` (2000) characters; a larger intro is
     split into paragraph blocks (a block is a run of non-blank lines plus the blank lines after
-    it; blank lines inside fences do not count). A block over :data:`HARD_MAX` is split further
-    into single lines, a whole fenced code block staying one unit;
+    it; blank lines inside fences do not count);
+  - a block over :data:`HARD_MAX` is split further: each fenced code block in it apart from the
+    prose around it; the prose at sentence boundaries (after ``.``, ``!``, ``?`` or ``…`` and
+    any closing quotes or brackets, then whitespace; after ``。！？`` without it), a sentence still
+    over :data:`HARD_MAX` at line starts, a line still over it at word starts (after
+    whitespace); a code block at line starts, then word starts. A piece runs from one boundary
+    to the next, so it holds text and the whitespace after it, never whitespace alone; a piece
+    that only whitespace separates from its neighbours (blank lines between two fences) joins
+    the unit before it;
   - each subsection of at most :data:`HARD_MAX` characters is one unit, kept whole;
   - a subsection over :data:`HARD_MAX` is cut recursively the same way, and the spans it yields
     become *closed* units of its parent.
 
-  A leaf section is a section without subsections: only its intro, so it is split at paragraph
-  boundaries. The only units over :data:`HARD_MAX` are therefore a single line or a single fenced
-  code block: "a single oversized leaf", the only spans allowed over 2000 characters.
+  The only units over :data:`HARD_MAX` are therefore a single token that no boundary cuts (a
+  run of non-whitespace characters with the whitespace around it): the only spans allowed over
+  2000 characters.
 * **Packing** (greedy, left to right, over the units of one section, i.e. over siblings): the next
   unit joins the current span when
 
@@ -57,14 +64,12 @@ Types other than ``observation`` and :data:`NEVER_CUT_TYPES` (``task``, ``person
   span under :data:`PACK_MIN`, so spans follow the heading tree. Consequence relied on by the
   tests: of two adjacent spans, if either is under 600 characters, together they exceed 2000.
 * **Partition.** The spans tile ``[0, len(body))`` in order, no gap, no overlap, always: every
-  character of the body lies in exactly one span, however long the body.
-* **Count cap.** More than :data:`MAX_SPANS` (64) packed spans are *merged*, never dropped
-  (issue 12): the body is divided into 64 equal bands of characters, and each packed span joins
-  the band holding its first character, so consecutive spans of one band become one span (its
-  breadcrumb is its first span's). Boundaries therefore stay on the heading tree's cut points,
-  the result has at most 64 spans, and a merged span may exceed :data:`HARD_MAX` (a
-  250,000-character body gives spans of about 4,000 characters). Nothing is lost, so a prose
-  projection is always ``lossless`` (``covers_parent`` then only depends on the window, §6).
+  character of the body lies in exactly one span, however long the body. There is no count cap:
+  a 1,000,000-character body gives hundreds of spans, each within the bound.
+* **No whitespace-only span.** Every unit holds a non-whitespace character (a preamble of
+  whitespace opens the first section; a body of whitespace alone is never cut), so every span
+  does. Nothing is lost, so a prose projection is always ``lossless`` (``covers_parent`` then
+  only depends on the window, §6).
 * **Breadcrumb** of a span: the heading texts of the deepest section containing the span's first
   character, from the outermost ancestor down to that section itself, joined by ``" > "``; e.g. a
   span starting inside "Rationale" under "Specification" gets ``"Specification > Rationale"``.
@@ -92,9 +97,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, islice, pairwise
 from typing import Any, Literal, NamedTuple
 
 from app.domain.validation import NOT_BLANK, line_problem, printable_line
@@ -124,7 +129,8 @@ __all__ = [
 ProjectionKind = Literal["prose", "evidence", "declared"]
 
 MAX_SPANS = 64
-"""At most this many spans per projection; past it, spans are merged (never dropped)."""
+"""At most this many evidence windows (past it, windows widen) and declared spans; prose spans
+have no count cap (each stays within :data:`HARD_MAX`)."""
 PROSE_MIN_BODY = 2000
 """Prose bodies of at most this many characters are never cut."""
 PACK_MIN = 600
@@ -132,7 +138,7 @@ PACK_MIN = 600
 PACK_MAX = 1200
 """Packing target, upper bound (characters)."""
 HARD_MAX = 2000
-"""No prose span is longer, except a single oversized line or fenced code block."""
+"""No prose span is longer, except a single token no boundary cuts (the span bound)."""
 EVIDENCE_LINES_DEFAULT = 40
 """Lines per evidence window."""
 HEADING_MAX_CHARS = 60
@@ -359,10 +365,85 @@ _Unit = tuple[int, int, bool]
 """A unit to pack, as :class:`_Piece` (start, end, closed); line units are plain tuples."""
 
 
+_SENTENCE_END = re.compile(
+    r"[.!?\u2026\u203c\u2047-\u2049][\"'\u2019\u201d)\]\u00bb]*\s+"
+    r"|[\u3002\uff01\uff1f][\"'\u2019\u201d)\]\u300d\u300f]*\s*"
+)
+"""The end of a sentence: a full stop, question or exclamation mark or ellipsis, closing quotes
+or brackets, then whitespace (an ideographic full stop needs none); a sentence starts after it."""
+_LINE_START = re.compile(r"\n(?=[^\S\n]*\S)")
+"""A newline followed by a line holding a non-whitespace character: a line starts after it."""
+_WORD_START = re.compile(r"(?<=\s)(?=\S)")
+"""A non-whitespace character after a whitespace one: a word starts there."""
+_NON_BLANK = re.compile(r"\S")
+
+
+_Boundaries = Callable[[str, int, int], list[int]]
+"""Where a range ``[start, end)`` of a body may be cut: the positions a piece starts at."""
+
+
+def _cuts(pattern: re.Pattern[str], zero_width: bool) -> _Boundaries:
+    def cuts(body: str, start: int, end: int) -> list[int]:
+        return [m.start() if zero_width else m.end() for m in pattern.finditer(body, start, end)]
+
+    return cuts
+
+
+_PROSE_LEVELS = (
+    _cuts(_SENTENCE_END, False),
+    _cuts(_LINE_START, False),
+    _cuts(_WORD_START, True),
+)
+"""Where prose splits, coarsest first: sentences, then lines, then words."""
+_CODE_LEVELS = _PROSE_LEVELS[1:]
+"""Where a fenced code block splits: lines, then words (a full stop in code ends nothing)."""
+
+
+def _split(body: str, start: int, end: int, levels: Sequence[_Boundaries]) -> list[_Unit]:
+    """``[start, end)`` as units of at most HARD_MAX characters, cut at the boundaries of the
+    first level that has any, each piece still over HARD_MAX cut by the next levels. A piece
+    runs from one boundary to the next, so it holds the text before its trailing whitespace:
+    none is only whitespace. A piece no level can cut (a single token and the whitespace
+    around it) stays whole, whatever its length."""
+    if end - start <= HARD_MAX or not levels:
+        return [(start, end, False)]
+    first = _NON_BLANK.search(body, start, end)
+    floor = first.start() if first is not None else end
+    cuts = [c for c in levels[0](body, start, end) if floor < c < end]
+    if not cuts:
+        return _split(body, start, end, levels[1:])
+    units: list[_Unit] = []
+    for a, b in pairwise([start, *cuts, end]):
+        units.extend(_split(body, a, b, levels[1:]) if b - a > HARD_MAX else [(a, b, False)])
+    return units
+
+
+def _glue_blank_units(body: str, units: list[_Unit]) -> list[_Unit]:
+    """``units`` with each one that holds only whitespace joined to the unit before it (to the
+    one after it when it comes first): no span may be only whitespace."""
+    out: list[_Unit] = []
+    carry: int | None = None  # start of leading whitespace-only units waiting for a unit
+    for start, end, closed in units:
+        if _NON_BLANK.search(body, start, end) is None:
+            if out:
+                out[-1] = (out[-1][0], end, out[-1][2])
+            elif carry is None:
+                carry = start
+            continue
+        out.append((carry if carry is not None else start, end, closed))
+        carry = None
+    if carry is not None:  # every unit was whitespace: one unit for all of it
+        out.append((carry, units[-1][1], False))
+    return out
+
+
 class _Cutter:
     def __init__(self, body: str) -> None:
+        self.body = body
         self.lines = _Lines(body)
         self.root, self.sections = _build_tree(self.lines, len(body))
+        if self.sections and _NON_BLANK.search(body, 0, self.sections[0].start) is None:
+            self.sections[0].start = 0  # a preamble of whitespace opens the first section
         self.heading_starts = [s.start for s in self.sections]
 
     def spans(self) -> list[_Piece]:
@@ -383,7 +464,8 @@ class _Cutter:
         return units
 
     def _block_units(self, start: int, end: int) -> list[_Unit]:
-        """Paragraph blocks of ``[start, end)``; a block over HARD_MAX becomes line units."""
+        """Paragraph blocks of ``[start, end)``; a block over HARD_MAX is split further
+        (:meth:`_split_block`)."""
         lines = self.lines
         first, stop = lines.index_of(start), lines.index_of(end)
         units: list[_Unit] = []
@@ -404,26 +486,27 @@ class _Cutter:
                 if b - a <= HARD_MAX:
                     units.append(_Piece(a, b, closed=False))
                 else:
-                    units.extend(self._line_units(block_start, i))
+                    units.extend(self._split_block(block_start, i))
                 block_start = i
         return units
 
-    def _line_units(self, first: int, stop: int) -> list[_Unit]:
-        """One unit per line of lines ``[first, stop)``, a fenced block staying whole."""
+    def _split_block(self, first: int, stop: int) -> list[_Unit]:
+        """Units of at most HARD_MAX characters for the oversized block of lines ``[first,
+        stop)``: each fenced code block apart (split at lines, then words, when over HARD_MAX),
+        the prose between fences at sentences, then lines, then words (:func:`_split`)."""
         lines = self.lines
-        if max(lines.fence[first:stop], default=-1) < 0:  # no fenced block among them
-            return list(zip(lines.starts[first:stop], lines.ends[first:stop], repeat(False)))
         units: list[_Unit] = []
         i = first
         while i < stop:
             j = i + 1
             fence = lines.fence[i]
-            if fence >= 0:
-                while j < stop and lines.fence[j] == fence:
-                    j += 1
-            units.append(_Piece(lines.starts[i], lines.ends[j - 1], closed=False))
+            while j < stop and (lines.fence[j] == fence if fence >= 0 else lines.fence[j] < 0):
+                j += 1
+            a, b = lines.starts[i], lines.ends[j - 1]
+            levels = _CODE_LEVELS if fence >= 0 else _PROSE_LEVELS
+            units.extend(_split(self.body, a, b, levels))
             i = j
-        return units
+        return _glue_blank_units(self.body, units)
 
     def breadcrumb(self, offset: int) -> str | None:
         """Heading path of the deepest section containing ``offset``; None in the preamble."""
@@ -474,35 +557,16 @@ def _pack(units: list[_Unit]) -> list[_Piece]:
 def cut_prose(body: str) -> Projection | None:
     """Cut a prose body along its Markdown heading tree (contract §7; rules in the module doc).
 
-    Returns ``None`` when ``len(body) <= PROSE_MIN_BODY`` (2000): the body is never cut. Otherwise
-    a ``"prose"`` projection of 1..64 spans in body order tiling the whole body, each at most 2000
-    characters unless it is a single line, a single fenced code block, or a merge of spans past
-    the count cap; always ``lossless``. Linear time; never raises.
+    Returns ``None`` when ``len(body) <= PROSE_MIN_BODY`` (2000) or the body is only whitespace:
+    the body is never cut. Otherwise a ``"prose"`` projection of spans in body order tiling the
+    whole body, none only whitespace, each at most 2000 characters unless it is a single token
+    no boundary cuts; always ``lossless``. Linear time; never raises.
     """
-    if len(body) <= PROSE_MIN_BODY:
+    if len(body) <= PROSE_MIN_BODY or _NON_BLANK.search(body) is None:
         return None
     cutter = _Cutter(body)
-    pieces = _merge_bands(cutter.spans(), len(body))
-    spans = tuple(Span(p.start, p.end, cutter.breadcrumb(p.start)) for p in pieces)
+    spans = tuple(Span(p.start, p.end, cutter.breadcrumb(p.start)) for p in cutter.spans())
     return Projection("prose", spans, lossless=True)
-
-
-def _merge_bands(pieces: list[_Piece], length: int) -> list[_Piece]:
-    """``pieces`` (a partition of ``[0, length)``) unchanged when at most :data:`MAX_SPANS`;
-    else consecutive pieces whose first character falls in the same of 64 equal character bands
-    merged into one. The first piece starts band 0, so the result tiles the body in 1..64 pieces."""
-    if len(pieces) <= MAX_SPANS:
-        return pieces
-    merged: list[_Piece] = []
-    band = -1
-    for piece in pieces:
-        mine = piece.start * MAX_SPANS // length
-        if merged and mine == band:
-            merged[-1] = _Piece(merged[-1].start, piece.end, closed=True)
-        else:
-            merged.append(piece)
-            band = mine
-    return merged
 
 
 def cut_evidence(body: str, *, lines_per_span: int = EVIDENCE_LINES_DEFAULT) -> Projection | None:

@@ -51,6 +51,13 @@ def clean_text(value: str, *, field: str) -> str:
     return value
 
 
+def nfc(value: str) -> str:
+    """``value`` in Unicode normalization form C, the one form text is stored and compared in
+    (contract §8): ``cafe\u0301`` is stored ``café``, so every spelling a user types finds it.
+    Free for text already in NFC (a quick check first)."""
+    return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
+
+
 LINE_BREAKS_AND_CONTROLS = "one line without control characters (newline, tab, ESC)"
 NOT_BLANK = "not blank"
 """:func:`line_problem`'s answer for text of only spaces and invisible characters: callers
@@ -66,6 +73,10 @@ def _off_the_line(c: str) -> bool:
     return unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS
 
 
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*")
+"""Printable ASCII holding a visible character: a line :func:`line_problem` never refuses."""
+
+
 def line_problem(value: str) -> str | None:
     """Why ``value`` is not one line of printable text, or None. Refused: control characters
     (Unicode Cc: newline, tab, ESC, which would drive the terminal that prints the name), line
@@ -73,6 +84,8 @@ def line_problem(value: str) -> str | None:
     bidi controls of :data:`BIDI_CONTROLS`; and text made only of spaces and invisible format
     characters (Cf: U+200B, U+FEFF), a name that shows as nothing. The rule of memory names
     (``app.domain.entities``), declared span labels (``app.domain.spans``) and their import."""
+    if _PRINTABLE_ASCII.fullmatch(value):  # the common case, answered without a loop
+        return None
     if any(_off_the_line(c) for c in value):
         return LINE_BREAKS_AND_CONTROLS + " or bidirectional overrides"
     if all(c.isspace() or unicodedata.category(c) == "Cf" for c in value):

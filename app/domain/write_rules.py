@@ -224,43 +224,6 @@ async def write_edge(
     return EdgeResult(created=created, superseded=superseded)
 
 
-class CycleInBulk(Exception):
-    """:func:`write_edges` met a SUPERSEDES cycle; nothing of its SUPERSEDES edges was kept.
-    Apply them one by one with :func:`write_edge` to find the one that closes it."""
-
-
-async def write_edges(
-    conn: AsyncConnection, *, org_id: str, edges: Sequence[tuple[str, str, str]]
-) -> list[tuple[str, str, str]]:
-    """The set-based :func:`write_edge` of the import (no reader: every memory counts), for
-    ``(src, relationship, dst)`` edges whose ends exist and differ: the same rules in a few
-    statements. Returns the edges that were new.
-
-    SUPERSEDES edges are inserted under a savepoint and checked for a cycle together; on a
-    cycle the savepoint is rolled back and ``CycleInBulk`` raised (the other edges stay).
-    The targets of new SUPERSEDES edges are marked superseded; communities touching a new
-    edge are retired.
-    """
-    plain = [e for e in edges if e[1] != "SUPERSEDES"]
-    supersedes = [e for e in edges if e[1] == "SUPERSEDES"]
-    created = await write_repo.insert_edges(conn, org_id=org_id, edges=plain)
-    if supersedes:
-        await entity_repo.lock_supersedes(conn, org_id=org_id)
-        async with conn.begin_nested():  # a cycle rolls the SUPERSEDES edges back
-            new = await write_repo.insert_edges(conn, org_id=org_id, edges=supersedes)
-            pairs = [(s, d) for s, _, d in new]
-            if await entity_repo.supersedes_cycle_many(conn, org_id=org_id, edges=pairs):
-                raise CycleInBulk()
-        created += new
-        await entity_repo.mark_superseded_many(
-            conn, org_id=org_id, ids=sorted({d for _, d in pairs})
-        )
-    await retire_bulk_link_communities(
-        conn, org_id=org_id, pairs=sorted({(s, d) for s, _, d in created})
-    )
-    return created
-
-
 async def keeps_superseded_mark(conn: AsyncConnection, *, org_id: str, entity_id: str) -> bool:
     """True when ``entity_id`` is stored superseded and a SUPERSEDES edge points at it: an
     import line stating it ``active`` keeps the mark that edge set (the import is declarative,

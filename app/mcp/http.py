@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, RedirectResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.core import logs
 from app.core.errors import DomainError, Forbidden, Unavailable
 from app.core.settings import Settings, get_settings
 from app.domain.reader import Reader
@@ -91,6 +92,7 @@ class BearerGate:
             except Forbidden:
                 pass
             except DomainError as error:
+                logs.refused("MCP over HTTP", error)
                 await refusal(error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

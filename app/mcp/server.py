@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from pydantic.fields import FieldInfo
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.core import logs
 from app.core.errors import DomainError, shape_errors, shape_message
 from app.core.settings import Settings
 from app.domain import policy
@@ -269,6 +270,7 @@ class Surface:
         try:
             response = await run_read(self.engine(), self.key(ctx), verb)
         except DomainError as exc:
+            logs.refused("MCP tool", exc)
             return tool_error(exc.detail)
         return tool_result(response)
 

@@ -18,6 +18,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field, StrictInt, StrictStr, ValidationError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import logs
 from app.core.errors import BadRequest, DomainError, shape_errors, shape_message
 from app.core.settings import get_settings
 from app.domain import entities as verbs
@@ -82,6 +83,7 @@ async def run_tool_write(
     try:
         response = await run_write(surface.engine(), surface.key(ctx), verb)
     except DomainError as exc:
+        logs.refused("MCP tool", exc)
         return tool_error(exc.detail)
     except ValidationError as exc:  # the request model's own rules, as REST's 422: no input echo
         return tool_error(shape_message(shape_errors(exc.errors()), what="arguments"))

@@ -277,19 +277,6 @@ async def marked_by_supersedes(conn: AsyncConnection, *, org_id: str, entity_id:
 
 # Bulk form of the cycle check (the import): would any of the new SUPERSEDES edges (already
 # inserted) lie on a cycle? Only if its target reaches its source.
-SUPERSEDES_CYCLE_MANY_SQL = text(
-    """/* sibyl:edge.supersedes_cycle_many */
-WITH RECURSIVE reach(start_id, id) AS (
-    SELECT n.src_id COLLATE "C", n.dst_id COLLATE "C"
-    FROM unnest(CAST(:srcs AS text[]), CAST(:dsts AS text[])) AS n(src_id, dst_id)
-  UNION
-    SELECT r.start_id, e.dst_id
-    FROM reach r
-    JOIN edges e ON e.org_id = :org_id AND e.src_id = r.id AND e.relationship = 'SUPERSEDES'
-)
-SELECT EXISTS (SELECT 1 FROM reach WHERE id = start_id)"""
-)
-
 MARK_SUPERSEDED_MANY_SQL = text(
     """/* sibyl:entity.mark_superseded_many */
 UPDATE entities SET lifecycle = 'superseded', revision = revision + 1, updated_at = now()
@@ -304,19 +291,6 @@ FROM entities e
 WHERE p.org_id = :org_id AND p.parent_id = ANY(CAST(:ids AS text[]))
   AND e.org_id = p.org_id AND e.id = p.parent_id"""
 )
-
-
-async def supersedes_cycle_many(
-    conn: AsyncConnection, *, org_id: str, edges: list[tuple[str, str]]
-) -> bool:
-    """True when a stored SUPERSEDES path leads from some ``dst`` back to its ``src``."""
-    if not edges:
-        return False
-    result = await conn.execute(
-        SUPERSEDES_CYCLE_MANY_SQL,
-        {"org_id": org_id, "srcs": [s for s, _ in edges], "dsts": [d for _, d in edges]},
-    )
-    return bool(result.scalar())
 
 
 async def mark_superseded_many(conn: AsyncConnection, *, org_id: str, ids: list[str]) -> list[str]:

@@ -13,53 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repo.readrule import readable
 
-UPSERT_ORG_SQL = text(
-    """/* sibyl:write.org */
-INSERT INTO orgs (id, name) VALUES (:id, :name)
-ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name
-WHERE orgs.name IS DISTINCT FROM EXCLUDED.name"""
-)
-
-UPSERT_USER_SQL = text(
-    """/* sibyl:write.user */
-INSERT INTO users (org_id, id, handle, role) VALUES (:org_id, :id, :handle, :role)
-ON CONFLICT (org_id, id) DO UPDATE SET handle = EXCLUDED.handle, role = EXCLUDED.role
-WHERE (users.handle, users.role) IS DISTINCT FROM (EXCLUDED.handle, EXCLUDED.role)"""
-)
-
-UPSERT_PROJECT_SQL = text(
-    """/* sibyl:write.project */
-INSERT INTO projects (org_id, id, name, visibility) VALUES (:org_id, :id, :name, :visibility)
-ON CONFLICT (org_id, id) DO UPDATE SET name = EXCLUDED.name, visibility = EXCLUDED.visibility
-WHERE (projects.name, projects.visibility) IS DISTINCT FROM (EXCLUDED.name, EXCLUDED.visibility)"""
-)
-
-UPSERT_MEMBER_SQL = text(
-    """/* sibyl:write.member */
-INSERT INTO project_members (org_id, project_id, user_id, role)
-SELECT p.org_id, p.id, :user_id, :role FROM projects p WHERE p.id = :project_id
-  AND p.org_id = (SELECT u.org_id FROM users u WHERE u.id = :user_id)
-ON CONFLICT (org_id, project_id, user_id) DO UPDATE SET role = EXCLUDED.role
-WHERE project_members.role IS DISTINCT FROM EXCLUDED.role
-RETURNING org_id"""
-)
-
-INSERT_GRANT_SQL = text(
-    """/* sibyl:write.grant */
-INSERT INTO entity_grants (org_id, entity_id, user_id)
-SELECT u.org_id, :entity_id, u.id FROM users u WHERE u.id = :user_id
-  AND EXISTS (SELECT 1 FROM entities e WHERE e.org_id = u.org_id AND e.id = :entity_id)
-ON CONFLICT DO NOTHING
-RETURNING org_id"""
-)
-
-GRANT_TARGET_SQL = text(
-    """/* sibyl:write.grant_target */
-SELECT u.org_id FROM users u
-WHERE u.id = :user_id
-  AND EXISTS (SELECT 1 FROM entities e WHERE e.org_id = u.org_id AND e.id = :entity_id)"""
-)
-
 LOCK_ENTITY_SQL = text(
     """/* sibyl:write.entity_lock */
 SELECT type, name, content, project_id, scope, owner_id, lifecycle, metadata, revision,
@@ -391,40 +344,7 @@ async def restamp_passages(
     )
 
 
-MEMBER_EXISTS_SQL = text(
-    """/* sibyl:write.member_exists */
-SELECT 1 FROM project_members m JOIN users u ON u.org_id = m.org_id AND u.id = m.user_id
-WHERE m.project_id = :project_id AND m.user_id = :user_id"""
-)
-
-
 # ---- set-based statements of the bulk import (the same rows the one-at-a-time path writes) ----
-
-INSERT_ENTITIES_SQL = text(
-    """/* sibyl:import.entities */
-INSERT INTO entities (org_id, id, type, name, content, project_id, scope, owner_id, lifecycle,
-                      metadata, revision, passage_kind, passage_total, passages_lossless)
-SELECT :org_id, r.id, r.type, r.name, r.content, r.project_id, r.scope, r.owner_id, r.lifecycle,
-       CAST(r.metadata AS jsonb), 1, r.kind, r.total, r.lossless
-FROM unnest(CAST(:ids AS text[]), CAST(:types AS text[]), CAST(:names AS text[]),
-            CAST(:contents AS text[]), CAST(:projects AS text[]), CAST(:scopes AS text[]),
-            CAST(:owners AS text[]), CAST(:lifecycles AS text[]), CAST(:metadata AS text[]),
-            CAST(:kinds AS text[]), CAST(:totals AS integer[]), CAST(:lossless AS boolean[]))
-     AS r(id, type, name, content, project_id, scope, owner_id, lifecycle, metadata, kind, total,
-          lossless)"""
-)
-
-INSERT_PASSAGES_SQL = text(
-    """/* sibyl:import.passages */
-INSERT INTO passages (org_id, id, parent_id, parent_revision, passage_index, start_offset,
-                      end_offset, breadcrumb, content)
-SELECT :org_id, p.id, p.parent_id, p.revision, p.idx, p.start_offset, p.end_offset,
-       p.breadcrumb, p.content
-FROM unnest(CAST(:ids AS text[]), CAST(:parents AS text[]), CAST(:revisions AS integer[]),
-            CAST(:indexes AS integer[]), CAST(:starts AS integer[]), CAST(:ends AS integer[]),
-            CAST(:breadcrumbs AS text[]), CAST(:contents AS text[]))
-     AS p(id, parent_id, revision, idx, start_offset, end_offset, breadcrumb, content)"""
-)
 
 RESOLVE_PENDING_MANY_SQL = text(
     """/* sibyl:import.pending_resolve */
@@ -460,53 +380,6 @@ SELECT :org_id, l.src_id, l.dst_id FROM l WHERE NOT l.found
 ON CONFLICT DO NOTHING"""
 )
 
-# The first (by line) of numbered ids that is no memory of the org.
-FIRST_MISSING_SQL = text(
-    """/* sibyl:import.first_missing */
-WITH found AS (  -- the ids that exist, locked FOR KEY SHARE (see sibyl:write.referenced_ids)
-    SELECT e.id FROM entities e
-    WHERE e.org_id = :org_id AND e.id = ANY(CAST(:ids AS text[]))
-    ORDER BY e.id
-    FOR KEY SHARE
-)
-SELECT x.line, x.field, x.id
-FROM unnest(CAST(:lines AS integer[]), CAST(:fields AS text[]), CAST(:ids AS text[]))
-     AS x(line, field, id)
-WHERE x.id NOT IN (SELECT id FROM found)
-ORDER BY x.line, x.field DESC
-LIMIT 1"""
-)
-
-# The first (by line) numbered (table, id) reference that names no user/project of the org.
-FIRST_MISSING_REF_SQL = text(
-    """/* sibyl:import.first_missing_ref */
-SELECT x.line, x.kind, x.id
-FROM unnest(CAST(:lines AS integer[]), CAST(:kinds AS text[]), CAST(:ids AS text[]))
-     AS x(line, kind, id)
-WHERE NOT EXISTS (SELECT 1 FROM orgs o WHERE o.id = :org_id)
-   OR (x.kind = 'user'
-       AND NOT EXISTS (SELECT 1 FROM users u WHERE u.org_id = :org_id AND u.id = x.id))
-   OR (x.kind = 'project'
-       AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.org_id = :org_id AND p.id = x.id))
-ORDER BY x.line
-LIMIT 1"""
-)
-
-ORG_EXISTS_SQL = text(
-    """/* sibyl:import.org_exists */
-SELECT EXISTS (SELECT 1 FROM orgs WHERE id = :org_id)"""
-)
-
-INSERT_EDGES_SQL = text(
-    """/* sibyl:import.edges */
-INSERT INTO edges (org_id, src_id, relationship, dst_id)
-SELECT :org_id, x.src_id, x.relationship, x.dst_id
-FROM unnest(CAST(:srcs AS text[]), CAST(:rels AS text[]), CAST(:dsts AS text[]))
-     AS x(src_id, relationship, dst_id)
-ON CONFLICT DO NOTHING
-RETURNING src_id, relationship, dst_id"""
-)
-
 INSERT_MENTIONS_SQL = text(
     """/* sibyl:import.mentions */
 INSERT INTO mentions (org_id, src_id, dst_id, derived)
@@ -519,11 +392,8 @@ RETURNING src_id, dst_id"""
 
 
 T = TypeVar("T")
-# Rows per statement of the bulk import: each statement stays well under a second even on a busy
-# server (a service engine's statement timeout applies to the import too), and a few hundred
-# statements carry a 357k-line file.
-ENTITY_ROWS = 2_000
-PASSAGE_ROWS = 500
+# Rows per statement of the bulk import's links: each statement stays well under a second even
+# on a busy server (a service engine's statement timeout applies to the import too).
 LINK_ROWS = 5_000
 
 
@@ -545,56 +415,6 @@ def parts(
             end += 1
         yield rows[start:end]
         start = end
-
-
-async def insert_entities(
-    conn: AsyncConnection,
-    *,
-    org_id: str,
-    rows: Sequence[tuple[dict[str, Any], Any]],
-) -> None:
-    """Insert new entities at revision 1; ``rows``: (fields as for :func:`insert_entity`, their
-    projection or None). :data:`ENTITY_ROWS` a statement."""
-    for part in parts(rows, ENTITY_ROWS, lambda r: min(len(r[0]["content"]), 100_000)):
-        await conn.execute(
-            INSERT_ENTITIES_SQL,
-            {
-                "org_id": org_id,
-                "ids": [f["id"] for f, _ in part],
-                "types": [f["type"] for f, _ in part],
-                "names": [f["name"] for f, _ in part],
-                "contents": [f["content"] for f, _ in part],
-                "projects": [f["project_id"] for f, _ in part],
-                "scopes": [f["scope"] for f, _ in part],
-                "owners": [f["owner_id"] for f, _ in part],
-                "lifecycles": [f["lifecycle"] for f, _ in part],
-                "metadata": [json.dumps(f["metadata"]) for f, _ in part],
-                "kinds": [p.kind if p is not None else None for _, p in part],
-                "totals": [len(p.spans) if p is not None else 0 for _, p in part],
-                "lossless": [bool(p.lossless) if p is not None else False for _, p in part],
-            },
-        )
-
-
-async def insert_passages(
-    conn: AsyncConnection, *, org_id: str, rows: Sequence[tuple[str, int, PassageRow]]
-) -> None:
-    """Insert spans of new entities; ``rows``: (parent id, parent revision, span)."""
-    for part in parts(rows, PASSAGE_ROWS, lambda r: len(r[2].content)):
-        await conn.execute(
-            INSERT_PASSAGES_SQL,
-            {
-                "org_id": org_id,
-                "ids": [p.id for _, _, p in part],
-                "parents": [parent for parent, _, _ in part],
-                "revisions": [rev for _, rev, _ in part],
-                "indexes": [p.passage_index for _, _, p in part],
-                "starts": [p.start_offset for _, _, p in part],
-                "ends": [p.end_offset for _, _, p in part],
-                "breadcrumbs": [p.breadcrumb for _, _, p in part],
-                "contents": [p.content for _, _, p in part],
-            },
-        )
 
 
 async def resolve_pending_many(
@@ -621,74 +441,6 @@ async def derive_links(
         )
 
 
-async def first_missing(
-    conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
-) -> tuple[int, str, str] | None:
-    """The first (line, field, id) of ``refs`` (in line order) whose id is no memory of
-    ``org_id``, or None. The ids found stay locked ``FOR KEY SHARE`` until the transaction
-    ends (the edges and mentions written next reference them; :func:`referenced_ids`)."""
-    for part in parts(refs, 4 * LINK_ROWS):
-        row = (
-            await conn.execute(
-                FIRST_MISSING_SQL,
-                {
-                    "org_id": org_id,
-                    "lines": [r[0] for r in part],
-                    "fields": [r[1] for r in part],
-                    "ids": [r[2] for r in part],
-                },
-            )
-        ).first()
-        if row is not None:
-            return (row.line, row.field, row.id)
-    return None
-
-
-async def first_missing_ref(
-    conn: AsyncConnection, *, org_id: str, refs: Sequence[tuple[int, str, str]]
-) -> tuple[int, str, str] | None:
-    """The first (line, kind, id) of ``refs`` (kind ``user`` or ``project``) naming no row of
-    ``org_id`` (every one, when the org does not exist), or None."""
-    if not refs:
-        return None
-    row = (
-        await conn.execute(
-            FIRST_MISSING_REF_SQL,
-            {
-                "org_id": org_id,
-                "lines": [r[0] for r in refs],
-                "kinds": [r[1] for r in refs],
-                "ids": [r[2] for r in refs],
-            },
-        )
-    ).first()
-    return (row.line, row.kind, row.id) if row is not None else None
-
-
-async def org_exists(conn: AsyncConnection, *, org_id: str) -> bool:
-    """True when the org exists."""
-    return bool((await conn.execute(ORG_EXISTS_SQL, {"org_id": org_id})).scalar())
-
-
-async def insert_edges(
-    conn: AsyncConnection, *, org_id: str, edges: Sequence[tuple[str, str, str]]
-) -> list[tuple[str, str, str]]:
-    """Insert ``(src, relationship, dst)`` edges once each; return those that were new."""
-    created: list[tuple[str, str, str]] = []
-    for part in parts(edges, LINK_ROWS):
-        rows = await conn.execute(
-            INSERT_EDGES_SQL,
-            {
-                "org_id": org_id,
-                "srcs": [e[0] for e in part],
-                "rels": [e[1] for e in part],
-                "dsts": [e[2] for e in part],
-            },
-        )
-        created += [(r.src_id, r.relationship, r.dst_id) for r in rows]
-    return created
-
-
 async def insert_mentions(
     conn: AsyncConnection, *, org_id: str, pairs: Sequence[tuple[str, str]]
 ) -> list[tuple[str, str]]:
@@ -703,18 +455,6 @@ async def insert_mentions(
     return written
 
 
-FIRST_MISSING_MEMBER_SQL = text(
-    """/* sibyl:import.first_missing_member */
-SELECT x.line, x.project_id, x.user_id
-FROM unnest(CAST(:lines AS integer[]), CAST(:projects AS text[]), CAST(:users AS text[]))
-     AS x(line, project_id, user_id)
-WHERE NOT EXISTS (SELECT 1 FROM users u
-                  JOIN projects p ON p.org_id = u.org_id AND p.id = x.project_id
-                  WHERE u.id = x.user_id)
-ORDER BY x.line
-LIMIT 1"""
-)
-
 UPSERT_MEMBERS_SQL = text(
     """/* sibyl:import.members */
 INSERT INTO project_members (org_id, project_id, user_id, role)
@@ -727,26 +467,6 @@ ON CONFLICT (org_id, project_id, user_id) DO UPDATE SET role = EXCLUDED.role
 WHERE project_members.role IS DISTINCT FROM EXCLUDED.role
 RETURNING user_id"""
 )
-
-
-async def first_missing_member(
-    conn: AsyncConnection, *, members: Sequence[tuple[int, str, str]]
-) -> tuple[int, str, str] | None:
-    """The first (line, project, user) whose user is unknown or whose project is not in the
-    user's org, or None."""
-    if not members:
-        return None
-    row = (
-        await conn.execute(
-            FIRST_MISSING_MEMBER_SQL,
-            {
-                "lines": [m[0] for m in members],
-                "projects": [m[1] for m in members],
-                "users": [m[2] for m in members],
-            },
-        )
-    ).first()
-    return (row.line, row.project_id, row.user_id) if row is not None else None
 
 
 async def upsert_members(conn: AsyncConnection, *, members: Sequence[tuple[str, str, str]]) -> int:
