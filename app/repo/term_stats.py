@@ -168,7 +168,7 @@ WITH {_LIST_DOCUMENTS},
 common AS MATERIALIZED (  -- the lexemes whose matches a list bounds
     SELECT c.lexeme FROM counted_lexemes c GROUP BY c.lexeme HAVING sum(c.df) > :list_length
 ),
-normalised AS (  -- each document's length against its audience's mean (BM25's length part)
+normalised AS MATERIALIZED (  -- each document's length against its audience's mean
     SELECT d.audience, d.doc_id, d.tsv,
            1 - CAST(:b AS float8) + CAST(:b AS float8) * d.len
              / greatest((SELECT c.lengths::float8 / greatest(c.documents, 1)
