@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -78,57 +79,58 @@ def text_of(result) -> str:
 async def test_tools_are_listed_with_input_and_output_schemas():
     async with mcp_as(None, None) as client:
         tools = await read_tools(client)
+        listed = await client.list_tools()
     assert set(tools) == set(TOOLS)
     for name, (request, response, _) in TOOLS.items():
         tool = tools[name]
         assert tool.annotations.read_only_hint is True
         assert tool.annotations.destructive_hint is False
-        # parameters are the request model's fields: same types, same descriptions, same
-        # required set, and unknown fields refused, as REST validates a body
+        # parameters are the request model's fields: same names, same required set, unknown
+        # fields refused, as REST validates a body; each with a short description of its own
         model = request.model_json_schema()
         schema = tool.input_schema
         assert schema["type"] == "object" and schema["additionalProperties"] is False
         assert set(schema["properties"]) == set(model["properties"])
-        for field, spec in model["properties"].items():
-            assert schema["properties"][field] == spec, field
         assert schema.get("required", []) == model.get("required", [])
-        # every array says what its items are (the MCP inspector's strict mode warns on `{}`)
         for field, spec in schema["properties"].items():
-            for option in spec.get("anyOf", [spec]):
-                if option.get("type") == "array":
-                    assert option.get("items", {}).get("type") == "string", (name, field)
-        # the result is the REST response model
-        assert tool.output_schema == response.model_json_schema()
+            assert 0 < len(spec["description"]) <= 80, (name, field)
+            if "array" in spec.get("type", []):  # an array says what its items are
+                assert spec["items"]["type"] == "string", (name, field)
+        # the result is the REST response model: its fields, each with its JSON type
+        assert set(tool.output_schema["properties"]) == set(
+            response.model_json_schema()["properties"]
+        )
+    # the whole list an agent reads at every session stays within 10 KB
+    wire = listed.model_dump(mode="json", exclude_none=True, by_alias=True)
+    assert len(json.dumps(wire, separators=(",", ":")).encode()) <= 10_000
 
 
-async def test_descriptions_state_round_budget_bounds_and_when_not_to_use():
+async def test_descriptions_state_round_budget_and_bounds():
     server = build_mcp(lambda: None, fixed_key(None))
     async with Client(server) as client:
         instructions = client.instructions or ""
         tools = {name: tool.description for name, tool in (await read_tools(client)).items()}
     # the round budget is stated once, in the server instructions; each tool points at it
     assert ROUND_BUDGET in instructions and f"at most {policy.ROUND_BUDGET} rounds" in instructions
+    assert "call `context`" in instructions  # when not to traverse: one hop answers it
     for description in tools.values():
         assert ROUND_BUDGET not in description
         assert f"At most {policy.ROUND_BUDGET} retrieval rounds" in description
-        assert "call `context`" in description  # when not to traverse: one hop answers it
     d, lim, chars = policy.DEPTH, policy.LIMIT, policy.PREVIEW_CHARS
     for phrase in (
-        f"at most {policy.MAX_SEEDS} seeds",
-        f"depth {d.low}–{d.high} hops (default {d.default})",
-        f"limit up to {lim.high} neighbors ({lim.low}–{lim.high}, default {lim.default})",
-        f"content_max_chars {chars.low}–{chars.high} preview characters per neighbor (default "
-        f"{chars.default})",
-        'widen_with: "fetch_slice"',
+        f"seeds <= {policy.MAX_SEEDS}",
+        f"depth {d.low}-{d.high} (default {d.default})",
+        f"limit {lim.low}-{lim.high} (default {lim.default})",
+        f"content_max_chars {chars.low}-{chars.high} (default {chars.default})",
+        "`fetch_slice`",
     ):
         assert phrase in tools["expand_neighbors"], phrase
     w, budget_chars = policy.WINDOW, policy.SLICE_CHARS
     for phrase in (
-        f"window {w.low}–{w.high} spans (default {w.default}",
-        f"content_max_chars {budget_chars.low}–{budget_chars.high}, one character budget for the "
-        f"whole window (default {budget_chars.default})",
-        "Cite `parent_id`, not a span id",
-        "`sliced: false`",
+        f"window {w.low}-{w.high} (default {w.default})",
+        f"content_max_chars {budget_chars.low}-{budget_chars.high}",
+        f"(default {budget_chars.default}",
+        "Cite `parent_id`, never a span id",
     ):
         assert phrase in tools["fetch_slice"], phrase
 
@@ -153,7 +155,10 @@ async def test_every_tool_returns_what_rest_returns(engine, client, pep_corpus):
             assert expected.status_code == 200
             assert not result.is_error, text_of(result)
             assert result.structured_content == expected.json()
-            assert json.loads(text_of(result)) == expected.json()
+            # the answer once: its text is a summary naming what was found, not a JSON copy
+            text = text_of(result)
+            assert text != json.dumps(expected.json()) and "structured content" in text
+            assert len(text) < len(json.dumps(expected.json()))
     assert result.structured_content["parent_id"] == "pep_0484"
 
 
@@ -574,19 +579,13 @@ async def test_naming_the_private_memory_gets_what_naming_nothing_gets(engine, c
     }
     decoys.update({span: "passage_" + secrets.token_hex(8) for span in canary.spans})
     decoys.update({real.lower(): fake.lower() for real, fake in list(decoys.items())})
-    # search echoes the query's words as the parser splits them: an id's parts too
-    decoys.update(
-        {
-            real.split("_", 1)[1]: fake.split("_", 1)[1]
-            for real, fake in list(decoys.items())
-            if "_" in real
-        }
-    )
 
     def swap(value: str, pairs) -> str:
         for old, new in pairs:
             value = value.replace(old, new)
-        return value
+        # search echoes the query's words as the database's parser splits them: an id's parts
+        # (and a hex run the parser reads as a number) are the caller's own words, not an answer
+        return re.sub(r'"words": \[[^\]]*\]', '"words": [...]', value)
 
     async with mcp_as(engine, canary.reader_key) as mcp:
         for tool, bodies in rounds.items():
@@ -598,4 +597,4 @@ async def test_naming_the_private_memory_gets_what_naming_nothing_gets(engine, c
                 nothing = await mcp.call_tool(tool, json.loads(fake))
                 seen = text_of(named) + json.dumps(named.structured_content)
                 control = text_of(nothing) + json.dumps(nothing.structured_content)
-                assert swap(seen, decoys.items()) == control, (tool, body)
+                assert swap(seen, decoys.items()) == swap(control, ()), (tool, body)

@@ -35,7 +35,8 @@ from app.core.errors import DomainError, Forbidden, Unavailable
 from app.core.settings import Settings, get_settings
 from app.domain.reader import Reader
 from app.domain.session import run_read
-from app.mcp.server import EngineProvider, bearer_token, build_mcp, http_bearer_key
+from app.mcp.server import build_mcp
+from app.mcp.toolkit import EngineProvider, bearer_token, http_bearer_key
 
 MCP_PATH = "/mcp"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")

@@ -4,7 +4,7 @@ edge). Thin adapters over :mod:`app.domain.entities`, the verbs REST's ``POST``/
 transaction per call, and the key must hold the ``write`` scope (a read-only key gets the tool
 error "This key lacks the 'write' scope" and nothing changes). A domain error is a tool error
 whose text is exactly REST's ``detail``. Arguments are validated as strictly as the read tools'
-(:func:`app.mcp.server.read_tool`); only the annotations differ.
+(:func:`app.mcp.toolkit.read_tool`); only the annotations differ.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from app.domain.reader import Reader
 from app.domain.session import run_write
 from app.domain.validation import require_id
 from app.domain.write_schemas import (
-    SPANS_DESCRIPTION,
     EdgeIn,
     EdgeOut,
     EntityCreate,
@@ -36,7 +35,7 @@ from app.domain.write_schemas import (
     Scope,
     SpanIn,
 )
-from app.mcp.server import Surface, read_tool, tool_error, tool_result
+from app.mcp.toolkit import PARAMETERS, Surface, read_tool, tool_error, tool_result
 
 REMEMBER_ANNOTATIONS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
@@ -45,35 +44,20 @@ LINK_ANNOTATIONS = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 
-REMEMBER = """Save a memory, or edit one you hold the id of. Needs a key with the `write` scope.
+REMEMBER = """Save a memory, or edit one by `entity_id` (a `write` key). Create: `type` and \
+`name` (its id comes back); `project` puts it in a project you contribute to (`scope` project, \
+else private; `org`: all the org). Edit: the fields to change, `if_match_revision` to refuse a \
+stale edit. `[[id]]` in `content` links a memory. Not found: absent or hidden."""
 
-To create, omit `entity_id` and give `type` (a lower-case word: note, decision, task, \
-observation...) and `name`; the memory is yours, and its id comes back in `id` (cite it; \
-pass `id` to choose it). `project` puts it in a project where you are a contributor or more \
-(`scope` defaults to `project` then, else `private`: only you and those you share it with read \
-it); `scope: "org"` makes it readable by the whole org. To edit, pass `entity_id` and only the \
-fields to change (`metadata` is replaced whole); pass `if_match_revision` (the `revision` you \
-last read) to be refused, with nothing changed, if someone changed it since. Only its owner may \
-make a memory `private`.
-
-Write `[[entity_id]]` in `content` to link a memory you can read (it becomes a mention; a link \
-to a memory not there yet becomes one when it is created). A body over 2000 characters is cut \
-into spans (passages) readable with `fetch_slice`; editing the body re-cuts it, and old span ids \
-stop resolving. Mark a memory `superseded` or `retired` with \
-`lifecycle`. "Entity not found" means absent or not visible to you."""
-
-LINK = """Write a typed edge `src -relationship-> dst` between two memories. Needs a key with the \
-`write` scope, write access to `src` and read access to `dst`.
-
-Direction: dependent → dependency (`task_b DEPENDS_ON task_a`), newer → older (`plan SUPERSEDES \
-decision`: the older one is then marked superseded; needs write access to it too, as does \
-CONTRADICTS), blocker → blocked (`BLOCKS`). Names are upper-cased; `[A-Za-z0-9_]{1,64}`. Writing \
-an edge that exists changes nothing (`created: false`). An edge to itself, or a SUPERSEDES edge \
-that would close a cycle, is refused. "Entity not found" means absent or not visible to you."""
+LINK = """Write an edge `src -relationship-> dst` (a `write` key; write access to `src`): \
+dependent -> dependency (DEPENDS_ON), newer -> older (SUPERSEDES), blocker -> blocked (BLOCKS). \
+An existing edge changes nothing; a SUPERSEDES cycle is refused."""
 
 
 def _about(model: type[BaseModel], field: str, fallback: str | None = None) -> Any:
-    return Field(description=model.model_fields[field].description or fallback)
+    return Field(
+        description=PARAMETERS.get(field) or model.model_fields[field].description or fallback
+    )
 
 
 async def run_tool_write(
@@ -102,10 +86,7 @@ def write_tools(surface: Surface) -> list[Tool]:
         ] = None,
         id: Annotated[
             StrictStr | None,
-            Field(
-                description="On create only: the new memory's id ([A-Za-z0-9_.:-]{1,128}); "
-                "omit to have one minted. Taken in the org: refused."
-            ),
+            Field(description="On create only: the new memory's id (else one is minted)."),
         ] = None,
         type: Annotated[StrictStr | None, _about(EntityCreate, "type")] = None,
         name: Annotated[StrictStr | None, _about(EntityCreate, "name")] = None,
@@ -114,7 +95,9 @@ def write_tools(surface: Surface) -> list[Tool]:
         project: Annotated[StrictStr | None, _about(EntityCreate, "project")] = None,
         lifecycle: Annotated[Lifecycle | None, _about(EntityCreate, "lifecycle")] = None,
         metadata: Annotated[dict[str, Any] | None, _about(EntityCreate, "metadata")] = None,
-        spans: Annotated[list[SpanIn] | None, Field(description=SPANS_DESCRIPTION)] = None,
+        spans: Annotated[
+            list[SpanIn] | None, Field(description="Declared spans tiling the body, in order.")
+        ] = None,
         if_match_revision: Annotated[
             StrictInt | None,
             Field(description="Edit only if the memory is still at this revision."),
