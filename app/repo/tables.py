@@ -450,7 +450,7 @@ class TermAudience(Base):
     # the snapshot its counts were taken in: a memory whose creating transaction it does not
     # see is in none of them, and editing or deleting it does not retire the audience (0008)
     counted_snapshot: Mapped[str | None] = mapped_column(PgSnapshot, nullable=True)
-    # the generation of term_impacts that holds its current impact lists (NULL: none yet);
+    # the generation of term_impact_lists that holds its current impact lists (NULL: none);
     # written by a refresh's stamp after the lists themselves (migration 0011)
     impacts_generation: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     __table_args__ = (ForeignKeyConstraint(["org_id"], ["orgs.id"], ondelete="CASCADE"),)
@@ -474,24 +474,23 @@ class TermStat(Base):
     )
 
 
-class TermImpact(Base):
-    """One entry of an impact list: for a lexeme held by more of the org's counted documents
-    than a list holds, one document of ``audience`` holding it, at ``rank`` (1 = the highest
-    BM25 term contribution, ``impact``) in that audience's list of ``generation``
-    (:mod:`app.repo.term_stats`). ``memory_id`` and ``memory_type``: the document's memory
-    (itself, or a passage's parent) and its type. Keyed lexeme first: a word's lists are one
-    index range."""
+class TermImpactList(Base):
+    """One impact list: for a lexeme held by more of the org's counted documents than a list
+    holds, ``audience``'s documents holding it with the highest BM25 term contribution, in
+    order (rank 1 first), in that audience's lists of ``generation`` (:mod:`app.repo.term_stats`).
+    The four arrays run in step: the document (a memory or a passage), its memory (itself, or a
+    passage's parent), that memory's type, and the contribution. Keyed lexeme first: a word's
+    lists are one index range."""
 
-    __tablename__ = "term_impacts"
+    __tablename__ = "term_impact_lists"
     org_id: Mapped[str] = mapped_column(Id, primary_key=True)
     lexeme: Mapped[str] = mapped_column(Id, primary_key=True)
     audience: Mapped[str] = mapped_column(Id, primary_key=True)
     generation: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
-    doc_id: Mapped[str] = mapped_column(Id, nullable=False)
-    memory_id: Mapped[str] = mapped_column(Id, nullable=False)
-    memory_type: Mapped[str] = mapped_column(Id, nullable=False)
-    impact: Mapped[float] = mapped_column(Float, nullable=False)
+    doc_ids: Mapped[list[str]] = mapped_column(ARRAY(Id), nullable=False)
+    memory_ids: Mapped[list[str]] = mapped_column(ARRAY(Id), nullable=False)
+    memory_types: Mapped[list[str]] = mapped_column(ARRAY(Id), nullable=False)
+    impacts: Mapped[list[float]] = mapped_column(ARRAY(Float), nullable=False)
     __table_args__ = (
         ForeignKeyConstraint(
             ["org_id", "audience"],

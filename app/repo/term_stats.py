@@ -32,10 +32,10 @@ every current passage's (``parent_revision`` = its memory's revision), whatever 
 org's counted documents hold, each audience's ``list_length`` documents holding it with the
 highest BM25 term contribution (``tf·(k1 + 1) / (tf + k1·(1 − b + b·len / avg_len))``,
 ``avg_len`` the audience's mean length; ties by document id), not counting retired memories.
-They are stored under a new generation in their own transaction (*store*, between *count* and
-*stamp*; no lock), the stamp points each audience it stamps at that generation, and older
-generations are deleted after it (*sweep*). The full-text lane reads a common word's
-candidates from them
+They are stored, one row per list (arrays in list order), under a new generation in their own
+transaction (*store*, between *count* and *stamp*; no lock), the stamp points each audience
+it stamps at that generation, and older generations are deleted after it (*sweep*). The
+full-text lane reads a common word's candidates from them
 (:mod:`app.repo.search`): every document of a list is one every reader of its audience may read.
 """
 
@@ -160,41 +160,43 @@ GROUP BY u.lexeme, d.audience"""
 )
 
 # The impact lists of the count's snapshot (see the module docstring): the lexemes more than
-# :list_length counted documents of the org hold, and per audience its best documents for each.
+# :list_length counted documents of the org hold, and per audience its best documents for each,
+# one row per list. Lexemes compare bytewise (COLLATE "C"): the grouping is the cost, and a
+# locale's comparison would be most of it. Each list is ordered within its group only (the
+# aggregates' own sorts, a few hundred rows each), never one sort of every contribution.
 COUNT_IMPACTS_SQL = text(
     f"""/* sibyl:term_stats.count_impacts */
 CREATE TEMPORARY TABLE counted_impacts ON COMMIT PRESERVE ROWS AS
 WITH {_LIST_DOCUMENTS},
 common AS MATERIALIZED (  -- the lexemes whose matches a list bounds
-    SELECT c.lexeme FROM counted_lexemes c GROUP BY c.lexeme HAVING sum(c.df) > :list_length
+    SELECT c.lexeme COLLATE "C" AS lexeme
+    FROM counted_lexemes c
+    GROUP BY c.lexeme
+    HAVING sum(c.df) > :list_length
 ),
-normalised AS MATERIALIZED (  -- each document's length against its audience's mean
-    SELECT d.audience, d.doc_id, d.tsv,
-           1 - CAST(:b AS float8) + CAST(:b AS float8) * d.len
-             / greatest((SELECT c.lengths::float8 / greatest(c.documents, 1)
-                         FROM counted_audiences c WHERE c.audience = d.audience), 1) AS norm
-    FROM documents d
+means AS (  -- each audience's mean document length
+    SELECT c.audience, greatest(c.lengths::float8 / greatest(c.documents, 1), 1) AS mean
+    FROM counted_audiences c
 ),
 contributions AS (  -- per document and common lexeme: BM25's term contribution
-    SELECT d.audience, u.lexeme, d.doc_id,
-           f.tf * (CAST(:k1 AS float8) + 1) / (f.tf + CAST(:k1 AS float8) * d.norm) AS impact
-    FROM normalised d
+    SELECT d.audience, u.lexeme COLLATE "C" AS lexeme, d.doc_id, d.memory_id, d.memory_type,
+           f.tf * (CAST(:k1 AS float8) + 1)
+           / (f.tf + CAST(:k1 AS float8)
+                     * (1 - CAST(:b AS float8) + CAST(:b AS float8) * d.len / m.mean)) AS impact
+    FROM documents d
+    JOIN means m ON m.audience = d.audience
     CROSS JOIN LATERAL unnest(d.tsv) u  -- the vector read once per document
     CROSS JOIN LATERAL (SELECT cardinality(u.positions) AS tf) f
-    WHERE u.lexeme IN (SELECT lexeme FROM common)
-),
-ranked AS (  -- each audience's best documents per lexeme (narrow rows: the sort is the cost)
-    SELECT r.*
-    FROM (
-        SELECT c.*, row_number() OVER (PARTITION BY c.audience, c.lexeme
-                                       ORDER BY c.impact DESC, c.doc_id) AS rank
-        FROM contributions c
-    ) r
-    WHERE r.rank <= :list_length
+    WHERE u.lexeme COLLATE "C" IN (SELECT lexeme FROM common)
 )
-SELECT r.audience, r.lexeme, r.rank, r.doc_id, d.memory_id, d.memory_type, r.impact
-FROM ranked r
-JOIN documents d ON d.doc_id = r.doc_id AND d.audience = r.audience"""
+SELECT c.audience, c.lexeme,
+       (array_agg(c.doc_id ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS doc_ids,
+       (array_agg(c.memory_id ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS memory_ids,
+       (array_agg(c.memory_type ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS memory_types,
+       (array_agg(c.impact ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS impacts
+FROM contributions c
+CROSS JOIN (SELECT CAST(:list_length AS int) AS n) L
+GROUP BY c.audience, c.lexeme, L.n"""
 )
 
 NEXT_GENERATION_SQL = text(
@@ -205,20 +207,20 @@ NEXT_GENERATION_SQL = text(
 # stamp, not fresh, and its lists at the next refresh), under the refresh's generation.
 STORE_IMPACTS_SQL = text(
     """/* sibyl:term_stats.store_impacts */
-INSERT INTO term_impacts (org_id, lexeme, audience, generation, rank, doc_id, memory_id,
-                          memory_type, impact)
-SELECT :org_id, c.lexeme, c.audience, :generation, c.rank, c.doc_id, c.memory_id,
-       c.memory_type, c.impact
+INSERT INTO term_impact_lists (org_id, lexeme, audience, generation, doc_ids, memory_ids,
+                               memory_types, impacts)
+SELECT :org_id, c.lexeme, c.audience, :generation, c.doc_ids, c.memory_ids, c.memory_types,
+       c.impacts
 FROM counted_impacts c
 WHERE EXISTS (SELECT 1 FROM term_audiences s WHERE s.org_id = :org_id AND s.audience = c.audience)
-ORDER BY c.lexeme, c.audience, c.rank  -- a word's lists on few pages"""
+ORDER BY c.lexeme, c.audience  -- a word's lists on few pages"""
 )
 
 # After the stamp: the generations older than each audience's current one, and this refresh's
 # own lists of the audiences it did not stamp (never a newer refresh's, still to be stamped).
 SWEEP_IMPACTS_SQL = text(
     """/* sibyl:term_stats.sweep_impacts */
-DELETE FROM term_impacts i
+DELETE FROM term_impact_lists i
 USING term_audiences s
 WHERE i.org_id = :org_id AND s.org_id = :org_id AND s.audience = i.audience
   AND (i.generation < s.impacts_generation
@@ -543,7 +545,7 @@ async def stamp(
 
 
 VACUUM_SQL = text(
-    "/* sibyl:term_stats.vacuum */ VACUUM (ANALYZE) term_audiences, term_stats, term_impacts"
+    "/* sibyl:term_stats.vacuum */ VACUUM (ANALYZE) term_audiences, term_stats, term_impact_lists"
 )
 
 

@@ -96,12 +96,14 @@ listed AS (  -- a word with lists: the :word_cap best entries of the reader's au
                CASE WHEN i.doc_id = i.memory_id THEN NULL ELSE i.memory_id END AS parent_id,
                i.memory_type AS type, i.impact AS contribution
         FROM audiences a
-        JOIN term_impacts i ON i.org_id = :r_org AND i.lexeme = w.list_lexeme
-                           AND i.audience = a.audience AND i.generation = a.generation
+        JOIN term_impact_lists l ON l.org_id = :r_org AND l.lexeme = w.list_lexeme
+                                AND l.audience = a.audience AND l.generation = a.generation
+        CROSS JOIN LATERAL unnest(l.doc_ids, l.memory_ids, l.memory_types, l.impacts)
+                           AS i(doc_id, memory_id, memory_type, impact)
         WHERE w.list_lexeme IS NOT NULL
           AND (CAST(:types AS text[]) IS NULL OR i.memory_type = ANY(CAST(:types AS text[]))
                OR (i.doc_id <> i.memory_id AND 'passage' = ANY(CAST(:types AS text[]))))
-        ORDER BY i.impact DESC, i.doc_id
+        ORDER BY i.impact DESC, i.doc_id COLLATE "C"
         LIMIT :word_cap
     ) l
 ),

@@ -48,7 +48,7 @@ totals AS (
 ),
 lexemes AS (  -- per word and lexeme: its documents in the reader's audiences (all, most in one)
     SELECT w.ord, w.token, l.lexeme, l.n, d.df, d.top_df,
-           EXISTS (SELECT 1 FROM term_impacts i
+           EXISTS (SELECT 1 FROM term_impact_lists i
                    WHERE i.org_id = :r_org AND i.lexeme = l.lexeme) AS listed
     FROM words w
     CROSS JOIN LATERAL unnest(w.lexemes) WITH ORDINALITY AS l(lexeme, n)
