@@ -127,6 +127,13 @@ async def documents(conn: AsyncConnection, memories: Sequence[Due]) -> list[Docu
     ]
 
 
+# A background write of one memory's vectors (a long PEP: a few hundred rows, each entering the
+# HNSW index where there is one): bounded by the memory's size, not by a reader's timeout.
+STORE_SETTINGS_SQL = text(
+    """/* sibyl:embed.store_settings */ SET LOCAL statement_timeout = '120s'"""
+)
+
+
 async def store(
     conn: AsyncConnection,
     *,
@@ -137,6 +144,7 @@ async def store(
     """Replace ``memory``'s vectors with ``vectors`` (``(doc_id, chunk, vector)``) and record
     its state, both only if it is still at ``memory.revision``; in the caller's transaction."""
     p = {"org_id": memory.org_id, "memory_id": memory.memory_id, "revision": memory.revision}
+    await conn.execute(STORE_SETTINGS_SQL)
     await conn.execute(CLEAR_SQL, p)
     if vectors:
         await conn.execute(
