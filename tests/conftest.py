@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -174,7 +175,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
+SIBYL_PG = Path(sys.executable).with_name("sibyl-pg")
+"""The console script installed beside the interpreter running the tests (whatever its venv)."""
 
 
 @pytest.fixture(scope="session")
