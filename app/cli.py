@@ -564,6 +564,11 @@ def _database() -> str:
                 f"starting the embedded PostgreSQL 16 in {pgdata}"
                 + (" (first start: initdb, a few seconds)" if first else "")
             )
+            from app.cli_progress import PhaseProgress
+
+            with PhaseProgress() as display:  # initdb on busy cores: lines, not silence
+                display.phase("PostgreSQL starting", None)
+                return database_url(settings)
     return database_url(settings)
 
 
