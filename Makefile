@@ -23,14 +23,18 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
 
+# Every step is announced, and a line every 8 s says the install still works while a step is
+# silent (the venv's own pip, pip's upgrade, pip unpacking and installing: up to a minute each).
 $(STAMP): pyproject.toml constraints.txt
-	@echo "› creating .venv and installing sibyl-pg with its dependencies (first time: 1-2 min)"
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	@# pip says nothing while it unpacks and installs (10-20 s): a line every 8 s says it still works
-	@( while sleep 8; do echo "  … pip is still installing"; done ) & ticker=$$!; \
-	  $(BIN)/pip install --progress-bar on -c constraints.txt -e '.[dev,semantic]'; status=$$?; kill $$ticker; exit $$status
-	touch $(STAMP)
+	@echo "› installing sibyl-pg with its dependencies into .venv (first time: 1-3 min)"
+	@( while sleep 8 </dev/null >/dev/null 2>&1; do echo "  … still installing ($$SECONDS s)"; done ) & \
+	  ticker=$$!; trap 'kill $$ticker 2>/dev/null' EXIT; set -e; \
+	  echo "› creating .venv ($(PYTHON) -m venv)"; $(PYTHON) -m venv $(VENV); \
+	  echo "› upgrading pip in .venv"; $(BIN)/pip install --quiet --upgrade pip; \
+	  echo "› installing the packages constraints.txt pins (pip's progress follows)"; \
+	  $(BIN)/pip install --progress-bar on -c constraints.txt -e '.[dev,semantic]'
+	@touch $(STAMP)
+	@echo "› .venv is ready"
 
 install: $(STAMP) ## Create .venv and install the project with its dev tools
 

@@ -564,6 +564,11 @@ def _database() -> str:
                 f"starting the embedded PostgreSQL 16 in {pgdata}"
                 + (" (first start: initdb, a few seconds)" if first else "")
             )
+            from app.cli_progress import PhaseProgress
+
+            with PhaseProgress() as display:  # initdb on busy cores: lines, not silence
+                display.phase("PostgreSQL starting", None)
+                return database_url(settings)
     return database_url(settings)
 
 
@@ -703,8 +708,12 @@ def quickstart(
         import_peps(None)
     else:
         step("the database already holds memories: import skipped")
-    step("detecting communities of org_python")
-    _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
+    step("detecting communities of org_python, then recounting its search statistics")
+    from app.cli_progress import PhaseProgress
+
+    with PhaseProgress() as display:  # a line every few seconds while it works, not silence
+        display.phase("communities and search statistics", None)
+        _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
     step("the demo keys: the saved ones that still work are kept, the others minted")
     keys_file = demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
@@ -715,10 +724,12 @@ def quickstart(
             f"memory explorer: http://{host}:{port}/ui (sign in with a key above: "
             "TYPING_READER_KEY reads, TYPING_WRITER_KEY edits, DBA_KEY sees plans)\n"
         )
+        # names the readiness line without its text: a script waiting for that text must not
+        # take this line for it (the server answers only seconds later)
         step(
             f"starting the server on http://{host}:{port}: the explorer at /ui, REST under /api,"
-            " MCP at /mcp, OpenAPI at /docs (it serves once uvicorn says `Uvicorn running on`;"
-            " Ctrl-C stops)"
+            " MCP at /mcp, OpenAPI at /docs (it answers once uvicorn's own line says it is"
+            " running; Ctrl-C stops)"
         )
         serve(host=host, port=port, quiet=True)
 

@@ -17,6 +17,7 @@ import os
 import secrets
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -148,12 +149,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def pep_records() -> list[dict[str, Any]]:
-    """The real PEP corpus as import records, parsed once per worker (skips when absent)."""
+    """The real PEP corpus as import records, parsed once per worker (skips when absent), by
+    one process per core as the CLI parses it (the same records as one process gives:
+    tests/test_pep_corpus.py)."""
     if not PEPS_DIR.is_dir():
         pytest.skip(f"PEP corpus not found at {PEPS_DIR} (set SIBYL_PEPS_DIR to its folder)")
     from app.importers.peps import iter_pep_records
 
-    return list(iter_pep_records(PEPS_DIR))
+    return list(iter_pep_records(PEPS_DIR, workers=os.cpu_count() or 1))
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +177,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
+SIBYL_PG = Path(sys.executable).with_name("sibyl-pg")
+"""The console script installed beside the interpreter running the tests (whatever its venv)."""
 
 
 @pytest.fixture(scope="session")

@@ -12,10 +12,10 @@ from sqlalchemy import text
 
 from app.core.settings import PROJECT_ROOT
 from tests.builders import make_key
+from tests.conftest import SIBYL_PG
 
 EXAMPLE = PROJECT_ROOT / "docs" / "examples" / "import-example.ndjson"
 DOC = PROJECT_ROOT / "docs" / "import-format.md"
-SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
 KINDS = ("org", "user", "project", "member", "entity", "edge", "mention", "grant")
 
 

@@ -26,7 +26,6 @@ from sqlalchemy import text
 
 from app.api.app import create_app
 from app.core.db import make_engine
-from app.core.settings import PROJECT_ROOT
 from app.domain import policy
 from app.domain.schemas import (
     ContextRequest,
@@ -40,8 +39,8 @@ from app.domain.schemas import (
 )
 from app.mcp.server import ROUND_BUDGET, build_mcp, fixed_key
 from tests.builders import import_dicts, make_key
+from tests.conftest import SIBYL_PG
 
-SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
 # every read tool: its REST request model, response model and route
 TOOLS = {
     "search": (SearchRequest, SearchResponse, "/api/search"),

@@ -6,10 +6,16 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
-from app.core.settings import PROJECT_ROOT
+import httpx
 
-SIBYL_PG = PROJECT_ROOT / ".venv" / "bin" / "sibyl-pg"
+SIBYL_PG = Path(sys.executable).with_name("sibyl-pg")
+"""The console script installed beside the interpreter running the tests."""
+
+READY = "Uvicorn running on"
+"""The line the README tells a script to wait for before it calls the server."""
 
 
 def test_a_busy_port_is_refused_before_the_set_up():
@@ -134,3 +140,78 @@ def test_a_deleted_demo_user_gets_no_key_and_the_set_up_goes_on(
         # engine, which reads them) must not outlive it: the next test's CLI would connect there
         monkeypatch.undo()
         get_settings.cache_clear()
+
+
+def test_the_readiness_line_comes_once_the_server_answers(database_url, tmp_path):
+    """``make run`` prints the set-up's steps, then serves; a script waits for the line
+    :data:`READY` and calls the server at once. That text was in quickstart's own announcement
+    of the server, printed seconds before the server listened: a request sent on it was
+    refused. Now only uvicorn's line carries it, and one request sent right after it (one try,
+    no retry) is answered."""
+    import asyncio
+
+    from app.core.db import make_engine
+    from app.core.migrations import upgrade
+    from tests.builders import import_dicts, throwaway_database
+    from tests.conftest import free_port
+
+    with throwaway_database(database_url, "sibyl_quickstart_ready") as url:
+        upgrade(url)
+
+        async def load() -> None:  # a memory already there: quickstart skips the PEP import
+            engine = make_engine(url)
+            try:
+                await import_dicts(
+                    engine,
+                    [
+                        {"kind": "org", "id": "org_ready", "name": "Ready"},
+                        {
+                            "kind": "user",
+                            "id": "user_ready",
+                            "org": "org_ready",
+                            "handle": "ready",
+                            "role": "member",
+                        },
+                        {
+                            "kind": "entity",
+                            "id": "ent_ready",
+                            "org": "org_ready",
+                            "type": "note",
+                            "scope": "org",
+                            "owner": "user_ready",
+                            "name": "ready",
+                            "content": "ready",
+                        },
+                    ],
+                )
+            finally:
+                await engine.dispose()
+
+        asyncio.run(load())
+        port = free_port()
+        env = {**os.environ, "DATABASE_URL": url, "SIBYL_DATA_DIR": str(tmp_path)}
+        server = subprocess.Popen(
+            [str(SIBYL_PG), "quickstart", "--port", str(port)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert server.stdout is not None
+            before: list[str] = []
+            for line in server.stdout:
+                if READY in line:
+                    break
+                before.append(line)
+            else:
+                raise AssertionError("quickstart ended before it served:\n" + "".join(before))
+            answer = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30)
+            assert answer.status_code == 200 and answer.json() == {"status": "ok"}
+            assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=30).status_code == 200
+            said = "".join(before)
+            assert "› starting the server on" in said  # the announcement came, without the text
+            assert "› migrating the database" in said and "import skipped" in said
+        finally:
+            server.terminate()
+            server.wait(30)

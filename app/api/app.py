@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
+from app.api.docs import mount_docs
 from app.api.errors import NOT_JSON, invalid_payload
 from app.api.limits import ADMIN_PREFIX, BodyLimit, HeadAsGet, HiddenAdmin
 from app.core import logs
@@ -87,6 +88,8 @@ def create_app(
         # caller's Host header and answered before authentication (a trial); a path the
         # service does not serve is a 404
         redirect_slashes=False,
+        docs_url=None,  # /docs and /redoc from bundled assets, not a CDN (app/api/docs.py)
+        redoc_url=None,
     )
     if engine is not None:
         app.state.engine = engine
@@ -177,6 +180,7 @@ def create_app(
     app.include_router(writes.router)  # /api/entities, /api/edges, /api/admin/{users,...}
     mcp_lifespan = mount_mcp(app, settings=s)  # MCP over streamable HTTP at /mcp, same keys
     mount_ui(app)  # the memory explorer at /ui: a static page calling the routes above
+    mount_docs(app)  # /docs and /redoc, their scripts served from here (app/api/docs.py)
     app.add_middleware(HiddenAdmin)  # /api/admin/...: a trailing slash is a 404, not a 307
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.add_middleware(HeadAsGet)  # HEAD is GET without its body (RFC 9110 §9.3.2)
