@@ -832,7 +832,7 @@ def demo_keys(path: Path | None = None) -> Path:
 
     lines = [key_line(user, var) for user, var, _ in wanted[:-2]]
     lines.append(
-        f"# read,write key of {writer}, a contributor in {writer_project} (the writes of docs/api.md)"
+        f"# read,write key of {writer}, a contributor in {writer_project} (docs/api.md's writes)"
     )
     lines.append(key_line(writer, writer_var))
     lines.append(f"# read,admin key of {DEMO_DBA[0]}: /api/admin and the explorer's plans")
