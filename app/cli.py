@@ -1,5 +1,5 @@
-"""The ``sibyl-pg`` command line (contract §11). Every subcommand reads ``DATABASE_URL``; without
-it the embedded PostgreSQL in the project's data folder is started and used."""
+"""The ``sibyl-pg`` command line (rule: command-line). Every subcommand reads ``DATABASE_URL``;
+without it the embedded PostgreSQL in the project's data folder is started and used."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ cli.add_typer(keys_cli, name="keys")
 register_admin_commands(cli, keys_cli)  # `keys list`, `admin ...` (app/cli_admin.py)
 communities_cli = typer.Typer(help="Detect memory communities.", no_args_is_help=True)
 cli.add_typer(communities_cli, name="communities")
-stats_cli = typer.Typer(help="Search word statistics (issue 12).", no_args_is_help=True)
+stats_cli = typer.Typer(help="Search word statistics (documents per word).", no_args_is_help=True)
 cli.add_typer(stats_cli, name="stats")
 cli.add_typer(bench_cli, name="bench")  # `bench generate`, `bench run` (app/bench/cli.py)
 
@@ -448,7 +448,8 @@ def serve(
     os.environ["DATABASE_URL"] = url  # the embedded server is started once, here
     get_settings.cache_clear()
     _warn_unless_ready(url)
-    # No access log: a line per request cost more than a short walk (issue 15); errors still log.
+    # No access log: a line per request cost more than a short walk (docs/benchmark.md); errors
+    # still log.
     _service_log()
     uvicorn.run(create_app(), host=host, port=port, log_level="info", access_log=False)
 
@@ -713,7 +714,7 @@ def quickstart(
 
     with PhaseProgress() as display:  # a line every few seconds while it works, not silence
         display.phase("communities and search statistics", None)
-        _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops (issue 6)
+        _rebuild_communities(["org_python"], skip_missing=True)  # SHARES_COMMUNITY hops
     step("the demo keys: the saved ones that still work are kept, the others minted")
     keys_file = demo_keys()
     typer.echo(f"\ndemo keys (also in {keys_file}; `source` it for the README's curl calls):")
@@ -843,7 +844,7 @@ def demo_keys(path: Path | None = None) -> Path:
 
     lines = [key_line(user, var) for user, var, _ in wanted[:-2]]
     lines.append(
-        f"# read,write key of {writer}, a contributor in {writer_project} (the README's writes)"
+        f"# read,write key of {writer}, a contributor in {writer_project} (docs/api.md's writes)"
     )
     lines.append(key_line(writer, writer_var))
     lines.append(f"# read,admin key of {DEMO_DBA[0]}: /api/admin and the explorer's plans")

@@ -1,5 +1,5 @@
-"""Operator commands of the directory (contract §9, §11): ``sibyl-pg keys list`` and
-``sibyl-pg admin ...`` for orgs, users, projects, members and grants.
+"""Operator commands of the directory (rules: write-permissions, command-line): ``sibyl-pg keys
+list`` and ``sibyl-pg admin ...`` for orgs, users, projects, members and grants.
 
 These run with the database's own credentials (``DATABASE_URL``), as ``keys create`` does: an
 operator is trusted, so no read rule or role check applies, but every command stays inside the

@@ -1,4 +1,5 @@
-"""What the command line shows while a user waits (issue 14): announced steps and progress.
+"""What the command line shows while a user waits (rule: no-silent-wait): announced steps and
+progress.
 
 Everything goes to standard error (standard output stays for what a command prints, e.g. a key).
 On a terminal, steps are styled lines and progress is a ``rich`` bar; elsewhere (a pipe, CI, a

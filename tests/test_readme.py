@@ -1,18 +1,20 @@
-"""The README runs as pasted (issue 14): its marked shell blocks are executed against a real
-``sibyl-pg serve`` and every outcome they state is checked, so README and behaviour cannot drift.
+"""The README and docs/api.md run as pasted (rule: house-rules): their marked shell blocks are
+executed against a real ``sibyl-pg serve`` and every outcome they state is checked, so the
+documents and the behaviour cannot drift.
 
 How a block takes part: the line right before its ```` ```bash ```` fence is
 ``<!-- readme-test -->`` (an HTML comment: invisible on GitHub). Such a block is run with
-``bash -euo pipefail``, all marked blocks in one shell, in README order, as a user pasting them
-into one terminal would, from a folder holding ``.data/demo-keys.env`` minted by the very function
-``make run`` uses (:func:`app.cli.demo_keys`). ``http://127.0.0.1:8000`` is replaced by the test
-server's address.
+``bash -euo pipefail``, all marked blocks in one shell, in the order of :data:`PAGES` and of
+each page, as a user pasting them into one terminal would, from a folder holding
+``.data/demo-keys.env`` minted by the very function ``make run`` uses
+(:func:`app.cli.demo_keys`). ``http://127.0.0.1:8000`` is replaced by the test server's address.
 
 What is checked: every ``curl`` call of a marked block runs (a shell function wraps ``curl`` and
 records each call's HTTP status and output). A call whose command carries a comment
 ``# → STATUS`` must answer STATUS, and each ```fragment``` in backticks after it must appear in
 its output (case-insensitive, so header names match as ``curl -i`` prints them). The number of
-calls made must equal the number of ``curl`` commands in the marked blocks.
+calls made must equal the number of ``curl`` commands in the marked blocks. The README's own
+blocks must call each verb once at least (:data:`VERBS`), with a stated outcome.
 
 The server: ``sibyl-pg serve`` (uvicorn) on a free port, in a subprocess, over this run's fresh
 test database holding the real PEP corpus (the session's ``served`` fixture, shared with the
@@ -32,6 +34,16 @@ import pytest
 from app.core.settings import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
+PAGES = [README, PROJECT_ROOT / "docs" / "api.md"]
+"""The documents whose marked blocks run, in this order, in one shell."""
+VERBS = {
+    "search": "/api/search ",
+    "context": "/api/context/pack",
+    "expand_neighbors": "/api/search/expand",
+    "fetch_slice": "/api/search/slice",
+    "a write": "-X POST http://127.0.0.1:8000/api/entities",
+}
+"""What a README call of each verb holds (its command text, a space after a bare route)."""
 MARK = "<!-- readme-test -->"
 EXPECT = re.compile(r"→\s*(\d{3})((?:\s*`[^`]+`)*)")
 FRAGMENT = re.compile(r"`([^`]+)`")
@@ -128,10 +140,13 @@ curl() {
 def test_the_readme_runs_as_pasted(served, tmp_path: Path):
     from app.cli import demo_keys
 
-    blocks = marked_blocks(README.read_text())
-    assert len(blocks) >= 3, f"mark the README's runnable blocks with {MARK}"
+    readme = [call for block in marked_blocks(README.read_text()) for call in curl_calls(block)]
+    for verb, route in VERBS.items():
+        assert any(route in c.command and c.status for c in readme), f"README: no {verb} call"
+    blocks = [block for page in PAGES for block in marked_blocks(page.read_text())]
+    assert len(blocks) >= 4, f"mark the runnable blocks with {MARK}"
     calls = [call for block in blocks for call in curl_calls(block)]
-    assert sum(call.status is not None for call in calls) >= 10
+    assert sum(call.status is not None for call in calls) >= 20
 
     work, out = tmp_path / "work", tmp_path / "out"
     out.mkdir()
@@ -152,7 +167,7 @@ def test_the_readme_runs_as_pasted(served, tmp_path: Path):
     for n, call in enumerate(calls, start=1):
         status = int((out / f"{n}.status").read_text() or 0)
         body = (out / f"{n}.body").read_text()
-        where = f"README call {n}: {call.command[:160]}"
+        where = f"call {n}: {call.command[:160]}"
         assert status < 500, f"{where}\n→ {status} {body[:300]}"
         if call.status is not None:
             assert status == call.status, f"{where}\n→ {status} {body[:300]}"

@@ -1,5 +1,5 @@
-"""Admin REST routes for operators (contract §10): ``POST /api/admin/explain/{verb}`` and
-``GET /api/admin/doctor`` (issue 14).
+"""Admin REST routes for operators (rule: explain-what-is-sent): ``POST /api/admin/explain/{verb}``
+and ``GET /api/admin/doctor`` (rule: doctor-on-every-server).
 
 For any key without the ``admin`` scope (and for no key at all) these routes do not exist: they
 answer 404 ``{"detail": "Not found"}``, exactly like an unknown verb.

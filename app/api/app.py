@@ -84,9 +84,9 @@ def create_app(
         version="0.1.0",
         summary="Relational-graph memory for AI agents, on PostgreSQL.",
         lifespan=lifespan,
-        # no 307 to the same path without its trailing slash: that redirect was built from the
-        # caller's Host header and answered before authentication (a trial); a path the
-        # service does not serve is a 404
+        # no 307 to the same path without its trailing slash: that redirect is built from the
+        # caller's Host header and answered before authentication (rule: hidden-is-absent); a
+        # path the service does not serve is a 404
         redirect_slashes=False,
         docs_url=None,  # /docs and /redoc from bundled assets, not a CDN (app/api/docs.py)
         redoc_url=None,

@@ -1,4 +1,5 @@
-"""REST routes of the first round of the loop: ``search`` and ``context`` (contract §8, §10).
+"""REST routes of the first round of the loop: ``search`` and ``context`` (rules: search-lanes,
+same-verbs-both-surfaces).
 
 Thin translations of HTTP to :func:`app.domain.search.search` and
 :func:`app.domain.context.context_pack`, run through :func:`app.domain.session.run_read` like
@@ -36,7 +37,7 @@ def _key(credentials: HTTPAuthorizationCredentials | None) -> str | None:
 
 @router.post("/search", response_model=SearchResponse)
 async def search(body: SearchRequest, request: Request, credentials: Credentials) -> SearchResponse:
-    """``search``: one page of the memories and passages matching ``query`` (contract §8).
+    """``search``: one page of the memories and passages matching ``query`` (rule: search-lanes).
 
     Full-text search over memory names, bodies (or a lead, for memories cut into passages) and
     passages: any word of the query matches, ranked by BM25 with word rarities counted over what
@@ -47,7 +48,7 @@ async def search(body: SearchRequest, request: Request, credentials: Credentials
     ``metadata.collapsed``; a passage hit carries ``parent_entity_id``, ``passage_index`` and
     ``widen_with: "fetch_slice"``; ``metadata.focus`` names the memory's best-matching spans
     (up to 5) with an excerpt. The best result's strongest typed neighbour (over a stored edge
-    of §4 weight ≥ 0.90: outgoing, what it depends on or requires; or SUPERSEDES incoming, its
+    of policy weight ≥ 0.90: outgoing, what it depends on or requires; or SUPERSEDES incoming, its
     successor) comes right after it, ``metadata.match.promoted_by`` naming the hop.
 
     Bounds are clamped, never rejected: limit 1-50 (default 10), offset 0-10000 (default 0),
@@ -67,7 +68,7 @@ async def search(body: SearchRequest, request: Request, credentials: Credentials
 
 @router.post("/context/pack", response_model=ContextResponse)
 async def pack(body: ContextRequest, request: Request, credentials: Credentials) -> ContextResponse:
-    """``context``: a pack of what the memory holds about ``goal`` (contract §8).
+    """``context``: a pack of what the memory holds about ``goal`` (rule: context-budget-whole).
 
     Items by facet (``decisions``, ``active_work`` = tasks not done, ``artifacts`` = artifacts
     and documents, ``notes``, ``other``), each with a short preview, its fused ``score``, the

@@ -1,4 +1,5 @@
-"""REST routes: thin translations of HTTP to the domain functions (contract §10)."""
+"""REST routes: thin translations of HTTP to the domain functions (rule:
+same-verbs-both-surfaces)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ async def readyz(request: Request) -> JSONResponse:
 
 @search.post("/expand", response_model=ExpandResponse)
 async def expand(body: ExpandRequest, request: Request, credentials: Credentials) -> Response:
-    """``expand_neighbors``: the authorized graph neighborhood of up to 8 seeds (contract §5).
+    """``expand_neighbors``: the authorized graph neighborhood of up to 8 seeds (rule:
+    walk-reference-semantics).
 
     Bounds are clamped, never rejected: depth 1-3 (default 1), limit 1-24 (default 8),
     content_max_chars 0-50000 (default 500); the applied values come back in ``depth``,
@@ -93,7 +95,7 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
 
 @search.post("/slice", response_model=SliceResponse)
 async def slice_(body: SliceRequest, request: Request, credentials: Credentials) -> SliceResponse:
-    """``fetch_slice``: the window of spans of one memory, or around one span (contract §6).
+    """``fetch_slice``: the window of spans of one memory, or around one span (rule: slice-window).
 
     window 1-64 (default 3) and content_max_chars 0-50000 (default 18000, one budget for the
     window) are clamped. Blank ``entity_id`` → 400; absent, denied, outside ``project`` or a span

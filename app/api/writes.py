@@ -1,5 +1,5 @@
-"""REST routes that write (contract §9, issue 5): entities, edges, grants, and the admin
-directory (users, projects, members, grants, API keys). Thin adapters over
+"""REST routes that write (rules: write-permissions, one-write-path): entities, edges, grants, and
+the admin directory (users, projects, members, grants, API keys). Thin adapters over
 :mod:`app.domain.entities` and :mod:`app.domain.directory`.
 
 Each request is one transaction committed before the answer (:func:`run_write`; ``GET`` uses
@@ -148,8 +148,8 @@ async def create_entity(
 
     Placement: `project` scope needs `contributor` (or higher) in the project; `org` scope needs
     an org role above viewer; a project-restricted key writes only inside its projects. The
-    body is cut into passages (§7) and `[[entity_id]]` links become mentions (only to memories
-    you can read), in the same transaction. 201 with the memory and its `ETag`.
+    body is cut into passages (rule: span-bound) and `[[entity_id]]` links become mentions (only to
+    memories you can read), in the same transaction. 201 with the memory and its `ETag`.
     """
 
     async def verb(conn: AsyncConnection, reader: Reader) -> EntityOut:
@@ -164,7 +164,8 @@ async def create_entity(
 async def get_entity(
     entity_id: str, request: Request, response: Response, credentials: Credentials
 ) -> EntityOut:
-    """One memory with its full body, through the one read rule (§2); `ETag` = its revision.
+    """One memory with its full body, through the one read rule (rule: one-read-rule); `ETag` = its
+    revision.
 
     404 `{"detail": "Entity not found"}` when absent or not readable (indistinguishable).
     """

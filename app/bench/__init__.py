@@ -1,5 +1,5 @@
-"""The benchmark of issue 8: a synthetic org at scale, the service's read verbs measured side by
-side with a naive path-enumerating walk, and REST end to end under concurrency.
+"""The benchmark (docs/benchmark.md): a synthetic org at scale, the service's read verbs measured
+side by side with a naive path-enumerating walk, and REST end to end under concurrency.
 
 - :mod:`app.bench.generate`: ``sibyl-pg bench generate``, the deterministic synthetic org, loaded
   with ``COPY``;

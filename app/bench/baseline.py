@@ -1,4 +1,4 @@
-"""The baseline walk of the benchmark: what a plain recursive CTE does (issue 8).
+"""The baseline walk of the benchmark: what a plain recursive CTE does (docs/benchmark.md).
 
 Kept **only** in the benchmark, never on a service path. It is the textbook walk of
 ``../shared/notes/postgres-walks.md``: ``UNION ALL`` with a path array that stops cycles along

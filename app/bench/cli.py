@@ -1,4 +1,4 @@
-"""``sibyl-pg bench generate`` and ``sibyl-pg bench run`` (issue 8; docs/benchmark.md)."""
+"""``sibyl-pg bench generate`` and ``sibyl-pg bench run`` (docs/benchmark.md)."""
 
 from __future__ import annotations
 

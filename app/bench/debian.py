@@ -75,7 +75,7 @@ RELATIONSHIPS: dict[str, str] = {
     "conflicts": "CONTRADICTS",
     "replaces": "SUPERSEDES",
 }
-"""Debian relation field → the §4 relationship its edges get."""
+"""Debian relation field → the policy relationship its edges get."""
 
 PRIVATE_SECTIONS = frozenset(
     {

@@ -8,5 +8,5 @@ DEFAULT_SEED = 42
 DEFAULT_ORG = "org_bench"
 QUICK_ENTITIES = 20_000  # `bench run --quick`
 QUICK_EDGES = 160_000
-LARGE_ENTITIES = 1_000_000  # the documented large run, and the scale of issue 8's targets
+LARGE_ENTITIES = 1_000_000  # the documented large run, and the scale of the benchmark's targets
 LARGE_EDGES = 8_000_000

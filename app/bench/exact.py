@@ -1,11 +1,11 @@
 """The benchmark's exactness check: the reference answer of a walk, recomputed in Python.
 
 For a walk whose ``frontier_capped`` is false the service promises the answer of the contract's
-reference semantics (§5), exactly. This module recomputes that answer independently of the
-walk's SQL: it reads the raw links of the nodes it expands (every edge, mention, community
-co-member and passage link, with no cap and in no particular order) and runs a plain
-breadth-first search in Python: a node's distance is its fewest hops from any seed, its hop the
-best one from a node one step closer (highest score, then relationship name, then outgoing
+reference semantics (rule: walk-reference-semantics), exactly. This module recomputes that answer
+independently of the walk's SQL: it reads the raw links of the nodes it expands (every edge,
+mention, community co-member and passage link, with no cap and in no particular order) and runs a
+plain breadth-first search in Python: a node's distance is its fewest hops from any seed, its hop
+the best one from a node one step closer (highest score, then relationship name, then outgoing
 before incoming, then predecessor id), the answer the top ``limit`` by (score desc, distance,
 id). Which nodes a reader may enter is the one read rule itself (the readable, not retired
 memories of the org, read once with :func:`app.repo.readrule.readable`); a passage is as

@@ -1,4 +1,5 @@
-"""``sibyl-pg bench generate``: a deterministic synthetic org, loaded with ``COPY`` (issue 8).
+"""``sibyl-pg bench generate``: a deterministic synthetic org, loaded with ``COPY``
+(docs/benchmark.md).
 
 Shape (``scale`` = entities / 1,000,000):
 
@@ -18,11 +19,11 @@ Shape (``scale`` = entities / 1,000,000):
   written directly (ids from :func:`app.domain.passages.passage_id` with the memory's revision),
   with ``passage_kind``, ``passage_total`` and ``passages_lossless`` set on the memory; the smoke
   test checks them against the cutter.
-- **Edges.** Typed with the relationships of contract §4 (not the synthetic or passage ones).
-  Out-degrees are Pareto (shape 2, median about 6 at 8 edges per memory) and destinations follow
-  a Zipf popularity (exponent 0.5); on top, 8 **hubs** (org-readable artifacts and documents)
-  have ``45,000 × scale`` edges each (half out, half in): 45,000 at 1M memories. The total is
-  exactly ``--edges``.
+- **Edges.** Typed with the relationships of the policy (rule: relationship-policy) (not the
+  synthetic or passage ones). Out-degrees are Pareto (shape 2, median about 6 at 8 edges per memory)
+  and destinations follow a Zipf popularity (exponent 0.5); on top, 8 **hubs** (org-readable
+  artifacts and documents) have ``45,000 × scale`` edges each (half out, half in): 45,000 at 1M
+  memories. The total is exactly ``--edges``.
 - **Mentions** (about 0.67 per memory) and **communities** (per audience, 8-30 members, about
   half of each audience's memories).
 - Two planted words for search: ``kestrel`` in 10% of passages (100,000 × scale at about 3.3
@@ -61,7 +62,7 @@ from app.repo.readers import reader_by_user
 from app.repo.readrule import readable
 
 HUB_COUNT = 8
-HUB_EDGES_AT_1M = 45_000  # each hub's edges at 1M memories (issue 8: at least 40,000)
+HUB_EDGES_AT_1M = 45_000  # each hub's edges at 1M memories (the benchmark: at least 40,000)
 LONG_SHARE = 0.30
 COMMON_TERM = "kestrel"  # in 10% of passages
 COMMON_TERM_SHARE = 0.10
@@ -107,7 +108,8 @@ LONG_TYPES: tuple[tuple[str, int], ...] = (
 )
 TYPES = tuple(sorted({t for t, _ in SHORT_TYPES} | {t for t, _ in LONG_TYPES}))
 
-# Relationships of contract §4 that stored edges carry, with their share of the edges.
+# Policy relationships (rule: relationship-policy) that stored edges carry, with their share of the
+# edges.
 EDGE_RELATIONSHIPS: tuple[tuple[str, int], ...] = (
     ("RELATED_TO", 15),
     ("REFERENCES", 12),
@@ -1114,7 +1116,7 @@ FROM entities t WHERE t.org_id = :r_org"""
 
 
 async def readable_share(url: str, org: str, readers: list[str]) -> dict[str, float]:
-    """The share of the org's memories each reader may read (the one read rule, §2)."""
+    """The share of the org's memories each reader may read (rule: one-read-rule)."""
     engine = make_engine(url)
     out: dict[str, float] = {}
     try:

@@ -1,4 +1,5 @@
-"""Mixed read/write load against ``sibyl-pg serve`` (issue 9): zero errors, zero lost writes.
+"""Mixed read/write load against ``sibyl-pg serve`` (docs/security.md): zero errors, zero lost
+writes.
 
 ``clients`` concurrent clients (32 by default, one HTTP connection each) run for ``seconds``
 against a real ``sibyl-pg serve`` (a subprocess on a free loopback port), each mixing the read
@@ -132,7 +133,7 @@ class Report:
 
 
 def long_body(tag: str) -> str:
-    """A body long enough to be cut into passages (contract §7)."""
+    """A body long enough to be cut into passages (rule: span-bound)."""
     return "\n\n".join(
         f"# {tag} part {i}\n\n" + " ".join(f"{tag}w{j}" for j in range(160)) for i in range(4)
     )

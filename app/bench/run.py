@@ -1,4 +1,4 @@
-"""``sibyl-pg bench run`` / ``make bench``: measure the read verbs at scale (issue 8).
+"""``sibyl-pg bench run`` / ``make bench``: measure the read verbs at scale (docs/benchmark.md).
 
 One run, in this order, on the graph of :mod:`app.bench.generate` (generated first when its
 database does not hold it):
@@ -26,7 +26,7 @@ database does not hold it):
    the load generator), in seconds and in ms a request. ``--rest-only`` runs only this part.
 
 Results go to ``<out>/results.json`` and ``<out>/latency.png`` (matplotlib, from the ``bench``
-extra), and a table is printed. The targets of issue 8 are evaluated in the JSON; they are
+extra), and a table is printed. The benchmark's targets are evaluated in the JSON; they are
 stated for 1M memories / 8M edges, so on a smaller graph they are indicative only.
 """
 
@@ -97,8 +97,8 @@ MIN_SAMPLES = 10  # a case stopped by its time budget still has this many calls
 _EXPLAIN = "EXPLAIN (ANALYZE, BUFFERS, TIMING OFF, FORMAT JSON) "
 
 SEARCH_QUESTION = f"which {COMMON_TERM} endpoint handles payment latency spikes"
-"""Issue 12's natural-language question: six words (``which`` is a stop word), the common term
-among them, the rest from the generator's vocabulary."""
+"""The natural-language question of docs/eval.md: six words (``which`` is a stop word), the common
+term among them, the rest from the generator's vocabulary."""
 
 
 @dataclass(frozen=True)
@@ -815,8 +815,8 @@ def _answer_quality(rows: list[Any], exact: list[Any]) -> dict[str, int]:
 async def measure_quality(
     url: str, work: Workload, *, depth: int, kind: str, samples: int
 ) -> dict[str, Any]:
-    """Quality under caps (issue 15): the case's first ``samples`` seed sets walked with the
-    service's caps (the settings of the run), with forced tight caps (:data:`TIGHT`, below the
+    """Quality under caps (docs/benchmark.md): the case's first ``samples`` seed sets walked with
+    the service's caps (the settings of the run), with forced tight caps (:data:`TIGHT`, below the
     limit) and with every cap opened (:data:`UNCAPPED`: exact by construction, nothing is cut and
     the early stop is exact). A *capped walk* is one whose caps dropped at least one hop or node
     (``caps_cut`` of :class:`app.repo.walk.WalkAnswer`), whether or not ``frontier_capped`` says
@@ -1514,7 +1514,7 @@ def _case(results: dict[str, Any], depth: int, kind: str) -> dict[str, Any] | No
 
 
 def evaluate_targets(results: dict[str, Any], spec: GraphSpec) -> list[dict[str, Any]]:
-    """The targets of issue 8 against what was measured (met: True/False/None = not measured)."""
+    """The benchmark's targets against what was measured (met: True/False/None = not measured)."""
     out: list[dict[str, Any]] = []
 
     def target(name: str, measured: float | None, limit: float, *, at_least: bool = False) -> None:
@@ -1566,7 +1566,7 @@ def evaluate_targets(results: dict[str, Any], spec: GraphSpec) -> list[dict[str,
         target(f"search ({what}): db p50 ms", found and found["db_ms"]["p50"], 30)
         target(f"search ({what}): db p99 ms", found and found["db_ms"]["p99"], 100)
         target(f"search ({what}): shared buffers p95", found and found["buffers"]["p95"], 20_000)
-    # issue 31: the walk at index speed (db execution of the served statement, REST end to end)
+    # the walk at index speed (db execution of the served statement, REST end to end)
     for case in results.get("expand", []):
         hub = case["seeds"] == "hub"
         name = f"expand depth {case['depth']} {case['seeds']}"

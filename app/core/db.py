@@ -147,9 +147,9 @@ def statement_engine(engine: AsyncEngine) -> AsyncEngine:
     force_generic_plan``: a statement is planned once per connection, then only executed).
 
     For a read verb that is one statement whose plan does not depend on the org's size: the REST
-    expand (``KEYED_WALK_SQL`` of :mod:`app.repo.walk`, issue 15), a walk of per-node index
-    probes that the other verbs' transactions switch to generic plans too. The other verbs keep
-    ``engine`` and its custom plans. Made on first use, disposed with ``engine``.
+    expand (``KEYED_WALK_SQL`` of :mod:`app.repo.walk`; rule: one-round-trip-expand), a walk of
+    per-node index probes that the other verbs' transactions switch to generic plans too. The other
+    verbs keep ``engine`` and its custom plans. Made on first use, disposed with ``engine``.
     """
     sync = engine.sync_engine
     sibling = _SIBLINGS.get(sync)
@@ -207,6 +207,6 @@ FLUSH_STATISTICS_SQL = "/* sibyl:flush_statistics */ SELECT pg_stat_force_next_f
 """Sent on the connection that wrote, just before a ``VACUUM (ANALYZE)``: PostgreSQL (15+)
 reports a session's row counts to the statistics views at most once a second, so counts of
 writes from the last second, reported *after* the ANALYZE, showed as rows changed since it
-(and doubled ``n_live_tup``): a fresh ``make run`` made ``doctor`` warn that
-``community_members`` was stale (a new-user trial). The function's flush happens before the
+(and doubled ``n_live_tup``): a fresh ``make run`` would make ``doctor`` warn that
+``community_members`` is stale. The function's flush happens before the
 server answers it. Executable by every role (PUBLIC), no privilege needed."""

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL used when no ``DATABASE_URL`` is set (contract §11).
+"""The embedded PostgreSQL used when no ``DATABASE_URL`` is set (rule: command-line).
 
 It is the ``pgserver`` package's PostgreSQL 16, run from ``<data_dir>/pg`` over a Unix socket in
 that folder, and left running after the process exits so that later commands reuse it.

@@ -49,7 +49,7 @@ class Forbidden(DomainError):
 
 
 class NotFound(DomainError):
-    """Absent or not readable: the two are indistinguishable (404, contract §2)."""
+    """Absent or not readable: the two are indistinguishable (404, rule: hidden-is-absent)."""
 
     status = 404
 

@@ -3,15 +3,15 @@
 Every variable is optional; the defaults run the service on a fresh machine:
 
 - ``DATABASE_URL``: a ``postgresql://`` URL. Unset: an embedded PostgreSQL (``pgserver``) in
-  ``SIBYL_DATA_DIR/pg`` is started and used (contract §11).
+  ``SIBYL_DATA_DIR/pg`` is started and used (rule: command-line).
 - ``SIBYL_DATA_DIR``: the project's data folder (default ``<project>/.data``).
 - ``SIBYL_PEPS_DIR``: the PEP corpus (default ``<project>/../shared/data/peps``).
 - ``SIBYL_LOCOMO_DIR``: the LoCoMo conversations the evaluation reads (default
   ``<project>/../shared/data/locomo``).
 - ``SIBYL_WALK_HOP_CAP``: rows one node may enter per hop arm, strongest hops first (default:
-  sized from the request, ``limit + 1 + seeds``), §5 bounded work.
+  sized from the request, ``limit + 1 + seeds``), rule: bounded-walk.
 - ``SIBYL_WALK_LEVEL_CAP``: nodes a walk level before the last may keep, best weight first
-  (default: ``4 × (limit + 1)``), §5 bounded work.
+  (default: ``4 × (limit + 1)``), rule: bounded-walk.
 - ``SIBYL_WALK_HUB_DEGREE``: a node with more edges one way than this is read one relationship
   at a time, strongest first, instead of whole (default 64; docs/walk-plans.md).
 - ``SIBYL_SEARCH_CANDIDATE_CAP``: candidates the full-text lane scores and the exact lane ranks
@@ -28,7 +28,7 @@ Every variable is optional; the defaults run the service on a fresh machine:
   writer before it answers 503 (default 30000 ms); it waits in steps of half the statement
   timeout (at most 1 s), each ended by a lock timeout and the write run again
   (:func:`app.domain.session.run_write`).
-- ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40), §7.
+- ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40); rule: evidence-windows.
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
   word statistics are out of date and recounts them (default 60; 0: never, then only

@@ -1,4 +1,5 @@
-"""Community detection behind the synthetic ``SHARES_COMMUNITY`` hop (contract §4, §5; issue 6).
+"""Community detection behind the synthetic ``SHARES_COMMUNITY`` hop (rules: relationship-policy,
+walk-reference-semantics, communities-follow-readability).
 
 The rules (``docs/communities.md`` argues them):
 
@@ -6,9 +7,9 @@ The rules (``docs/communities.md`` argues them):
   ``scope='project'`` memories form one audience (labelled by the project id), the org's
   ``scope='org'`` memories another (labelled ``org``; a project whose id is literally ``org`` is
   labelled ``project=org``, a label no id can take). Private memories never take part, and neither
-  do retired ones (they are no route of the walk, §5). Every memory of one audience is readable by
-  exactly the same readers (§2), so a community, and every link that formed it, is readable by
-  anyone who can read one of its members.
+  do retired ones (rule: retired-not-walked). Every memory of one audience is readable by
+  exactly the same readers (rule: readable-project-set), so a community, and every link that formed
+  it, is readable by anyone who can read one of its members.
 - **Graph.** Per audience, an undirected weighted graph: one node per memory with a link to
   another memory of its audience; the weight of a pair is the number of stored edges (any
   relationship, either direction) plus mentions (either direction) between them. Self-links are

@@ -1,6 +1,6 @@
-"""The automatic rebuild of communities (contract §9: retired by writes; a new-user trial,
-2026-12-01: one small write removed the ``SHARES_COMMUNITY`` neighbours of every reader of the
-org until an operator ran ``sibyl-pg communities rebuild``).
+"""The automatic rebuild of communities retired by writes (rule: communities-follow-readability):
+without it, one small write would remove the ``SHARES_COMMUNITY`` neighbours of every reader of
+the org until an operator ran ``sibyl-pg communities rebuild``.
 
 A write that retires (or may change) an org's communities records it in its transaction
 (``community_retirements``, :func:`app.repo.communities.mark`). Every serving process (``make
@@ -210,9 +210,9 @@ def lifespan(
 
 async def _analyze(conn: AsyncConnection) -> None:
     """``VACUUM (ANALYZE)`` the community tables on ``conn``, the connection that just wrote
-    them (its row counts flushed first): analyzed on another connection, the doctor found
-    ``community_members`` changed since its ANALYZE once the writer's counts came in (a new-user
-    trial, 2026-12-01). Statistics only: a failure here leaves the rebuild as it is."""
+    them (its row counts flushed first): analyzed on another connection, the doctor would find
+    ``community_members`` changed since its ANALYZE once the writer's counts came in. Statistics
+    only: a failure here leaves the rebuild as it is."""
     try:
         await repo.vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
     except Exception as exc:

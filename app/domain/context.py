@@ -1,4 +1,4 @@
-"""``context``: one pack of what the memory holds about a goal (contract §8, issue 4).
+"""``context``: one pack of what the memory holds about a goal (rule: context-budget-whole).
 
 How a pack is composed:
 
@@ -23,7 +23,7 @@ How a pack is composed:
 4. **Related.** Each item gets up to ``related_limit`` one-hop neighbors, all items at once in
    one statement (:mod:`app.repo.related`): the hops, read rule, weights and order of a depth-1
    :func:`app.domain.expand.expand_neighbors` walk from that item alone; a memory's over every
-   §4 relationship but the span links (its own spans are one ``fetch_slice`` away and would
+   policy relationship but the span links (its own spans are one ``fetch_slice`` away and would
    crowd out its neighbors), a passage's to its parent. A related entry names the neighbor and
    the hop, and carries no text.
 5. **Facets**, by the memory's type (a passage: its parent's): ``decisions`` (decision),
@@ -39,7 +39,7 @@ How a pack is composed:
    (``filters.related_left_out_for_budget`` counts the items whose list did not fit).
 7. **Markdown** (:func:`render_markdown`): the text of the items, within ``markdown_token_budget``
    × 4 characters and what the sections leave of the response bound. Each text is the part
-   that matches the goal (issue 12: a pack that holds the answer): a passage's text, and for a
+   that matches the goal (rule: context-budget-whole): a passage's text, and for a
    memory the text of its best-matching spans by search's BM25 (the statement of search's
    ``metadata.focus``, the goal's words and weights) that are not items of the pack
    themselves, the best two (a memory never cut: its body), named in the Markdown;
@@ -107,8 +107,8 @@ DONE_STATUSES = frozenset(
     {"done", "complete", "completed", "closed", "resolved", "cancelled", "canceled", "wontfix"}
 )
 NOTE_TYPE = "note"
-# Related memories of a memory item: every relationship of §4 but the span links (a memory's own
-# spans are one `fetch_slice` away, and would crowd out its real neighbors).
+# Related memories of a memory item: every relationship of the policy but the span links (a memory's
+# own spans are one `fetch_slice` away, and would crowd out its real neighbors).
 MEMORY_RELATED_RELATIONSHIPS = sorted(set(policy.RELATIONSHIPS) - {"PART_OF", "DERIVED_FROM"})
 _GOAL_TITLE_CHARS = 200
 _NAME_CHARS = 160

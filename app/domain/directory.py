@@ -1,4 +1,5 @@
-"""The admin verbs (contract §9): users, projects, members, grants and API keys of one org.
+"""The admin verbs (rule: write-permissions): users, projects, members, grants and API keys of one
+org.
 
 Who is an admin: a key with the ``admin`` scope, not restricted to projects, whose user is an
 org ``owner`` or ``admin``. For anyone else the admin routes do not exist: every refusal of
@@ -115,8 +116,8 @@ async def update_user(
 ) -> UserOut:
     """Change a user's handle or org role. ``NotFound`` outside the org; ``Forbidden`` above the
     admin's rank (either the user's current role or the new one), and for a change of one's own
-    role: an admin who demoted themselves lost every admin route at once, with no way back but
-    the operator's CLI (a trial); another admin or owner, or the operator
+    role: an admin who demoted themselves would lose every admin route at once, with no way
+    back but the operator's CLI; another admin or owner, or the operator
     (``sibyl-pg admin user-role``), changes it. One's own handle may change."""
     require_admin(reader)
     current = await _user_role(conn, reader, user_id)
@@ -183,8 +184,8 @@ async def create_project(conn: AsyncConnection, reader: Reader, body: ProjectIn)
 async def update_project(
     conn: AsyncConnection, reader: Reader, project_id: str, body: ProjectPatch
 ) -> ProjectOut:
-    """Rename a project or change its visibility (readers change at once: §2 is evaluated at
-    read time)."""
+    """Rename a project or change its visibility (readers change at once: the read rule is evaluated
+    at read time)."""
     require_admin(reader)
     row = await repo.update_project(
         conn,
@@ -310,8 +311,8 @@ KEY_WIDER_THAN_CALLER = "A key cannot mint a key with more scopes than its own (
 async def create_key(conn: AsyncConnection, reader: Reader, body: KeyIn) -> KeyCreated:
     """Mint a key for the admin's own user; the secret is in the answer, only this once.
 
-    Only for oneself (a breaker's trial, 2026-12-01): an org admin who minted a key for a member
-    read that member's private memories through it, which the read rule forbids admins (§2);
+    Only for oneself: an org admin who minted a key for a member would read that member's
+    private memories through it, which the read rule forbids admins;
     keys for other users come from the operator (``sibyl-pg keys create``). The new key's scopes
     are a subset of the calling key's (an ``admin``-only key minted itself ``read,write,admin``);
     a key restricted to projects never reaches the admin routes.

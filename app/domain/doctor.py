@@ -1,4 +1,5 @@
-"""``doctor``: is the PostgreSQL server fit for the walk, and what should a DBA change (issue 14).
+"""``doctor``: is the PostgreSQL server fit for the walk, and what should a DBA change (rule:
+doctor-on-every-server).
 
 The facts come from :mod:`app.repo.doctor` (catalog and statistics views only); this module judges
 them. Each :class:`Check` has a status:
@@ -15,7 +16,7 @@ The report's status is the worst of its checks. The CLI exits 0 unless a check f
 sizes and row counts included. The org admin's (REST ``GET /api/admin/doctor``,
 :func:`doctor_for_key`) shows server-wide settings and the *health* of the shared tables
 (validity, percentages, never/stale, times), but no size, page or row count: those count every
-org's rows, and an org admin may only know their own (contract §2). Messages are phrased
+org's rows, and an org admin may only know their own (rule: one-read-rule). Messages are phrased
 accordingly (a yes/no "fits in shared_buffers" instead of the size).
 """
 
@@ -52,8 +53,8 @@ STALE_SHARE = 0.1  # rows changed since ANALYZE, as a share of the table, that m
 STALE_MIN_ROWS = 500
 SMALL_TABLE_PAGES = 8
 """A table of fewer pages (64 KB) is not a visibility warning: an index-only scan of it fetches
-at most that many heap pages, all in shared buffers (a trial: a few grant writes left the one
-page of ``entity_grants`` not all-visible, and the doctor warned about it until a VACUUM)."""
+at most that many heap pages, all in shared buffers (a few grant writes leave the one page of
+``entity_grants`` not all-visible until a VACUUM, and that is no reason to warn)."""
 SETTING_NAMES = [
     "autovacuum",
     "track_counts",
@@ -657,10 +658,11 @@ def check_statistics(f: Facts, *, detail: bool) -> Check:
 
 
 def check_search_statistics(f: Facts, *, detail: bool) -> Check:
-    """Whether the search word statistics (documents per word and audience, issue 12) are up to
-    date. Stale ones never make search wrong or leak (contract §2): their readers get the
-    fallback word weights, so the ranking is less relevant until the next recount. Operators see
-    the counts and the orgs due; an org admin (``detail`` False) only whether their org is due."""
+    """Whether the search word statistics (documents per word and audience) are up to
+    date. Stale ones never make search wrong or leak (rule: no-leak-through-statistics): their
+    readers get the fallback word weights, so the ranking is less relevant until the next recount.
+    Operators see the counts and the orgs due; an org admin (``detail`` False) only whether their
+    org is due."""
     s = f.search
     if s is None:
         return Check(

@@ -1,11 +1,11 @@
-"""Entity and edge verbs (contract §9, issue 5): create, read, update, delete a memory; write and
+"""Entity and edge verbs (rule: one-write-path): create, read, update, delete a memory; write and
 delete an edge; grant a private memory. REST and MCP call these inside one transaction opened by
 :func:`app.domain.session.run_write` (or ``run_read`` for :func:`get_entity`).
 
 Every memory is written by :func:`app.domain.memories.save_entity`, the one write path shared
-with the importer: fields, the passage cut (§7) and the mentions derived from ``[[id]]`` links,
-in one transaction; a body edit re-cuts and re-mints passage ids; any change bumps ``revision``.
-Permissions are :mod:`app.domain.permissions`. Decisions:
+with the importer: fields, the passage cut (rule: span-bound) and the mentions derived from
+``[[id]]`` links, in one transaction; a body edit re-cuts and re-mints passage ids; any change bumps
+``revision``. Permissions are :mod:`app.domain.permissions`. Decisions:
 
 - ``If-Match: <revision>`` on PATCH and DELETE is compared with the locked row: a mismatch is
   412 and nothing changes; concurrent writers with the same revision are serialized by the row
@@ -25,7 +25,7 @@ Permissions are :mod:`app.domain.permissions`. Decisions:
   explicit write: PATCH ``lifecycle``).
 - A PATCH making a memory ``private`` is allowed to its owner only (or to anyone when it has
   none: they become its owner): anyone else gets 403 with the reason, since a private memory is
-  readable by its owner and grantees only and the editor would lose it (issue 13, item 5).
+  readable by its owner and grantees only and the editor would lose it (rule: write-permissions).
 - The rules every door shares (reserved types, cycles, the superseded mark, links, pending links,
   community retirement) are :mod:`app.domain.write_rules`.
 - Deleting a memory removes its passages, mentions, edges, grants and community memberships
@@ -96,7 +96,7 @@ def _name(value: str) -> str:
     (:func:`app.domain.validation.line_problem`: no control character, line separator or bidi
     override; not only invisible characters), else 400: a name is printed by lists, CLIs and
     Markdown packs, where an ANSI escape sequence stored in one would drive the reader's
-    terminal (a trial stored ``"\x1b[31m"`` in a name)."""
+    terminal (``"\x1b[31m"`` in a name)."""
     stripped = clean_text(value, field="name").strip()
     if not stripped or len(stripped) > MAX_NAME_CHARS:
         raise BadRequest(f"name must be 1-{MAX_NAME_CHARS} characters, not blank")
@@ -232,7 +232,7 @@ async def update_entity(
         # Made private, it would be readable by its owner (and grantees) only: an editor who is
         # not the owner would change it and lose it in the same breath. Refused, with why. A
         # memory imported without an owner has none to make it private: an editor who did so
-        # became its owner and took it from every other reader (a breaker's trial).
+        # would become its owner and take it from every other reader.
         raise Forbidden(PRIVATE_BY_OWNER)
     owner_id = (stored.owner_id or reader.user_id) if scope == "private" else stored.owner_id
     if (scope, project_id) != (stored.scope, stored.project_id):
@@ -368,11 +368,11 @@ async def set_grant(
 ) -> None:
     """Grant (or revoke) read access to a memory for ``user_id`` of the reader's org.
 
-    Granting widens who reads a private memory: only its owner may (a breaker's trial: an org
-    admin holding a grant re-shared the memory through the admin route). Revoking narrows it:
-    its owner, or with ``as_admin`` (an org owner/admin on an admin route) an admin who can read
-    the memory themselves (nobody revokes what they cannot read). Raises ``NotFound`` (memory or
-    user absent/unreadable, or no such grant to revoke), ``Forbidden``.
+    Granting widens who reads a private memory: only its owner may (rule: write-permissions; an org
+    admin holding a grant could otherwise re-share it through the admin route). Revoking narrows it:
+    its owner, or with ``as_admin`` (an org owner/admin on an admin route) an admin who can read the
+    memory themselves (nobody revokes what they cannot read). Raises ``NotFound`` (memory or user
+    absent/unreadable, or no such grant to revoke), ``Forbidden``.
     """
     found = await permissions.load_targets(conn, reader, [entity_id], lock="share")
     target = found.get(entity_id)

@@ -28,8 +28,8 @@ def _stem(word: str) -> str:
 
 def _pattern(stem: str) -> re.Pattern[str]:
     # a word starts after anything but a letter or digit: an underscore separates words, as
-    # PostgreSQL's parser splits `get_type_hints` into get, type, hints (a span that scored on
-    # "type hints" through it showed an excerpt without either word: a new-user trial)
+    # PostgreSQL's parser splits `get_type_hints` into get, type, hints (else a span that scored
+    # on "type hints" through it would show an excerpt without either word)
     return re.compile(r"(?<![^\W_])" + re.escape(stem), re.IGNORECASE)
 
 

@@ -1,4 +1,5 @@
-"""``expand_neighbors``: widen known memories into their authorized graph neighborhood (§5).
+"""``expand_neighbors``: widen known memories into their authorized graph neighborhood (rule:
+walk-reference-semantics).
 
 The rules (normalisation, clamping, seed cap, echo of applied values, previews) live here; the
 walk itself is the recursive CTE of :mod:`app.repo.walk`, where the read rule gates every step.
@@ -65,7 +66,7 @@ def walk_params(
 ) -> dict[str, object]:
     """Every bound parameter of the walk statement for one request (also used by ``explain``).
 
-    The caps (§5 bounded work) are sized from the answer, not the graph, unless configured:
+    The caps (rule: bounded-walk) are sized from the answer, not the graph, unless configured:
     ``hop_cap`` (rows one node may enter per hop arm) = ``limit + 1 + len(origins)``,
     ``level_cap`` (nodes a level before the last may keep) = ``4 × (limit + 1)``.
 
@@ -133,7 +134,8 @@ async def expand_neighbors(
     *,
     settings: Settings | None = None,
 ) -> ExpandResponse:
-    """Walk up to ``depth`` hops from the request's seeds, as ``reader`` may see them (§5).
+    """Walk up to ``depth`` hops from the request's seeds, as ``reader`` may see them (rule:
+    walk-reference-semantics).
 
     Seeds are stripped and de-duplicated; the first 8 are walked and the rest reported in
     ``unresolved`` (with ``filters.origin_limit = 8``). Bounds are clamped (depth 1..3, limit

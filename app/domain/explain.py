@@ -1,4 +1,5 @@
-"""``explain``: the exact SQL of one verb's request, its bound values and its plans (§10).
+"""``explain``: the exact SQL of one verb's request, its bound values and its plans (rule:
+explain-what-is-sent).
 
 The verb's own domain function runs, for real, on a connection whose statements are captured
 (:mod:`app.repo.explain`); each captured statement is then explained with the same values, and
@@ -34,8 +35,8 @@ PlanMode = explain_repo.PlanMode
 HIDDEN = ADMIN_HIDDEN
 
 # The documented bound on the distinct statement texts each verb may send, whatever its input
-# (contract §10; tests/test_statement_shapes.py holds the service to it). Every value is bound,
-# so a verb's texts differ only by which of its fixed statements ran:
+# (rule: few-statement-shapes; tests/test_statement_shapes.py holds the service to it). Every value
+# is bound, so a verb's texts differ only by which of its fixed statements ran:
 # expand: sibyl:expand_neighbors.seeds, sibyl:expand_neighbors (skipped when no seed resolves);
 # slice: sibyl:fetch_slice.target, sibyl:fetch_slice.window (skipped for a 404 or an uncut memory);
 # search (app/domain/search/pipeline.py): sibyl:search.words (the query's words and the reader's
@@ -226,11 +227,11 @@ async def explain_for_key(
 
     No plan unless ``SIBYL_REST_EXPLAIN=measured``: PostgreSQL counts, times and estimates a
     plan's rows over every org in the database (a full-text index holds every org's rows; a
-    small table is read whole), so an org admin watching a plan saw another org's memories come
-    and go (a breaker's trial: ``rows=0`` became ``rows=37`` when another org wrote 37 memories
-    holding the word); and it chooses the plan's nodes from statistics of every org (a second
-    breaker: plans without figures changed their indexes when another org imported 20,000
-    memories). The operator's CLI always measures.
+    small table is read whole), so an org admin watching a plan would see another org's memories
+    come and go (``rows=0`` becoming ``rows=37`` when another org writes 37 memories holding the
+    word); and it chooses the plan's nodes from statistics of every org (plans without figures
+    change their indexes when another org imports 20,000 memories). The operator's CLI always
+    measures.
     """
     spec = _lookup(verb)
     s = settings or get_settings()

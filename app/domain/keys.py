@@ -1,4 +1,4 @@
-"""API keys: minted at random, shown once, stored only as SHA-256 (contract §3, §11)."""
+"""API keys: minted at random, shown once, stored only as SHA-256 (rule: keys-hashed)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Writing one memory: fields, its passage cut and its derived mentions, in one transaction.
 
 Used by the NDJSON import and by the REST/MCP write routes, so a memory is cut the same way
-whichever door it came in by (contract §7, §9). Rules:
+whichever door it came in by (rule: one-write-path). Rules:
 
-- the revision starts at 1 and grows by one on every change (§3: every content edit; a change
-  of name, scope, project, lifecycle or metadata too, so ``If-Match`` guards every field, §9);
+- the revision starts at 1 and grows by one on every change (rule: revision-guards-every-field;
+  every content edit; a change of name, scope, project, lifecycle or metadata too, so ``If-Match``
+  guards every field);
 - when the body or its cut changes, the cut is redone in the same transaction and passage ids
   are minted anew per (parent, revision, index); any other change keeps the spans (same ids,
   same text) and moves them to the new revision;
@@ -12,7 +13,7 @@ whichever door it came in by (contract §7, §9). Rules:
 - mentions are re-derived from ``[[entity_id]]`` links on every body edit: a link to an existing
   memory that ``may_link`` accepts (the writer's read rule, on REST and MCP) is a mention; any
   other link (target missing, or hidden from the writer: the two look alike) is kept as a
-  **pending link** and nothing is dropped (contract §9 revised, issue 13);
+  **pending link** and nothing is dropped (rules: one-write-path, pending-links);
 - creating a memory turns every pending link to its id into a mention (a forward link earlier in
   the same import, a later import, REST, MCP);
 - an unchanged re-write whose stored mentions and pending links disagree with its links (rows
@@ -340,8 +341,8 @@ def _prepare(data: EntityData, evidence_lines: int) -> spans.Projection | None:
 
 
 def cut(data: EntityData, *, evidence_lines: int) -> spans.Projection | None:
-    """The projection §7 gives this memory (None: never cut). Raises ``BadRequest`` for
-    declared spans that do not tile the body."""
+    """The projection this memory gets (rule: span-bound) (None: never cut). Raises ``BadRequest``
+    for declared spans that do not tile the body."""
     try:
         return spans.project(
             data.type, data.content, declared=data.spans, evidence_lines=evidence_lines
@@ -559,8 +560,8 @@ async def _split_links(
     A link to a memory the writer cannot read (``may_link`` refuses it) stays pending, exactly
     as a link to no memory, except a link that is already a mention of this memory (a writer
     who could read its target wrote it): the link's text is still there, so it stays a mention.
-    A colleague fixing a typo no longer turns the owner's links to memories only the owner
-    reads into pending ones (a trial), and the editor's answer is the same either way (an
+    A colleague fixing a typo does not turn the owner's links to memories only the owner reads
+    into pending ones, and the editor's answer is the same either way (an
     unchanged re-write is ``unchanged``, not ``repaired``, whether the target is hidden or
     absent)."""
     wanted = [t for t in links(data.content) if t != data.id]

@@ -1,4 +1,5 @@
-"""Passage naming and ids, shared by the cutter's writer and every read path (contract §6)."""
+"""Passage naming and ids, shared by the cutter's writer and every read path (rule:
+stale-passage-is-404)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Write permissions (contract §9): who may create, edit, delete and link memories.
+"""Write permissions (rule: write-permissions): who may create, edit, delete and link memories.
 
 Reading is never decided here: every target is first loaded through the one read rule
 (:mod:`app.repo.permissions`, which embeds :func:`app.repo.readrule.readable`). A target the
@@ -7,7 +7,7 @@ not write is ``Forbidden`` (403). The rules, decided for this service:
 
 - **project** memories: a project role of ``contributor`` or higher (``viewer`` < ``contributor``
   < ``maintainer`` < ``owner``). Org ``owner``\\ s and ``admin``\\ s count as project owners of
-  every project of their org (they already read every project, §2, and manage memberships).
+  every project of their org (they already read every project, and manage memberships).
 - **private** memories: only their owner writes them (a grant gives read access only). An owner
   keeps write access to their private memory inside a project even without a project role;
   *moving* a memory into a project always needs write access to that project.
@@ -21,8 +21,8 @@ not write is ``Forbidden`` (403). The rules, decided for this service:
 - **moving** a project memory out of its project (another project, or the org: its readers
   change) needs more than editing it: its owner, a ``maintainer`` or ``owner`` of its project, or
   an org owner or admin. A ``contributor`` edits other people's memories in the project but
-  cannot carry them to a wider audience (a breaker's trial: a contributor made a colleague's note
-  of a private project org-wide). Private and org memories are edited only by their owner or an
+  cannot carry them to a wider audience (a colleague's note of a private project made
+  org-wide). Private and org memories are edited only by their owner or an
   org owner/admin already.
 - **edges**: write access to the source and read access to the target; ``SUPERSEDES`` and
   ``CONTRADICTS`` also need write access to the target.
@@ -69,8 +69,8 @@ def require_read_scope(reader: Reader) -> None:
     verb reached through another scope that answers with what its reader reads. An edit answers
     with the whole memory (a ``write``-only key read any memory it could edit with an empty
     ``PATCH``), an admin's explain runs the read verb it explains and its grant list tells which
-    memories the admin reads (an ``admin``-only key ranked searches through explain): a
-    breaker's trial. Checked before the target is looked up, so the answer is the same whether
+    memories the admin reads (an ``admin``-only key would rank searches through explain).
+    Checked before the target is looked up, so the answer is the same whether
     or not it exists."""
     if READ_SCOPE not in reader.scopes:
         raise Forbidden(LACKS_READ)

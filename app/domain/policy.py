@@ -1,4 +1,4 @@
-"""Relationship policy and request bounds: the anchors of contract §4, §5 and §6.
+"""Relationship policy and request bounds: the anchors of docs/design.md.
 
 Every number a caller can observe lives here, once: the relationship weights and followed
 directions, the score decay, and the clamp ranges of each budget. The walk SQL receives them as
@@ -44,19 +44,19 @@ MAX_NAMES = 256
 contract names about 25 relationships; the bound keeps a filter's validation and its SQL array
 small (a breaker's 25,000-name list held the event loop 11 s when duplicates were found by a
 list scan)."""
-LEVEL_CAP_FACTOR = 4  # default level cap: 4 × (limit + 1) nodes a level (§5 bounded work)
+LEVEL_CAP_FACTOR = 4  # default level cap: 4 × (limit + 1) nodes a level (rule: bounded-walk)
 DEPTH = Bound(1, 3, 1)
 LIMIT = Bound(1, 24, 8)
 PREVIEW_CHARS = Bound(0, 50_000, 500)
 WINDOW = Bound(1, 64, 3)
 SLICE_CHARS = Bound(0, 50_000, 18_000)
 
-# search and context (contract §8, issue 4)
+# search and context (rules: search-lanes, context-budget-whole)
 SEARCH_LIMIT = Bound(1, 50, 10)
 SEARCH_OFFSET = Bound(0, 10_000, 0)
 SEARCH_LIFECYCLES = ("active", "superseded")  # the default; `retired` is never searchable
 MAX_QUERY_CHARS = 2000
-CONTEXT_LIMIT = Bound(1, 50, 12)  # 24 before issue 12: 24 items left ~300 characters of text each
+CONTEXT_LIMIT = Bound(1, 50, 12)  # 24 once: 24 items left ~300 characters of text each
 RELATED_LIMIT = Bound(0, 5, 3)
 MARKDOWN_TOKENS = Bound(100, 32_000, 4000)
 CHARS_PER_TOKEN = 4
@@ -81,7 +81,8 @@ class RelPolicy:
     incoming: bool = True
 
 
-# Contract §4 (anchor). SUPERSEDES outgoing is followed only when relationship_types names it.
+# The relationship policy (rule: relationship-policy). SUPERSEDES outgoing is followed only when
+# relationship_types names it.
 RELATIONSHIPS: dict[str, RelPolicy] = {
     "DECIDES": RelPolicy(1.00, incoming=False),
     "DEPENDS_ON": RelPolicy(0.98),
@@ -110,13 +111,15 @@ RELATIONSHIPS: dict[str, RelPolicy] = {
 
 
 def weight(relationship: str) -> float:
-    """W[relationship] from §4; unknown relationships weigh 0.64."""
+    """W[relationship] from the policy (rule: relationship-policy); unknown relationships weigh
+    0.64."""
     policy = RELATIONSHIPS.get(relationship)
     return policy.weight if policy else UNKNOWN_WEIGHT
 
 
 def score(relationship: str, distance: int) -> float:
-    """clamp(W[rel] × 0.72^(d−1), 0.1, 1.0) for hop distance ``distance`` ≥ 1 (§4)."""
+    """clamp(W[rel] × 0.72^(d−1), 0.1, 1.0) for hop distance ``distance`` ≥ 1 (rule:
+    relationship-policy)."""
     return min(max(weight(relationship) * DECAY ** (distance - 1), SCORE_MIN), SCORE_MAX)
 
 
@@ -141,7 +144,7 @@ class HopRules:
 
 
 def hop_rules(relationship_types: list[str] | None) -> HopRules:
-    """The §4 direction rules for a request naming ``relationship_types`` (None: all)."""
+    """The policy's direction rules for a request naming ``relationship_types`` (None: all)."""
     named = set(relationship_types or ())
     out_denied = sorted(
         rel for rel, p in RELATIONSHIPS.items() if not p.outgoing and rel not in named
@@ -162,7 +165,7 @@ character of which is below ``~``."""
 
 @dataclass(frozen=True)
 class HopOrder:
-    """The order in which a hub's edges are read one way (contract §5, bounded work).
+    """The order in which a hub's edges are read one way (rule: bounded-walk).
 
     ``tiers``: the relationships to read one index range each, strongest first (weight desc,
     then name), with ``None`` at the place of every relationship of the default weight (read
@@ -203,7 +206,7 @@ def hop_order(rules: HopRules, *, outgoing: bool) -> HopOrder:
 
 
 def weighted_relationships() -> list[str]:
-    """Every §4 relationship whose weight is not the default one (a hub reads each alone)."""
+    """Every policy relationship whose weight is not the default one (a hub reads each alone)."""
     return sorted(rel for rel, p in RELATIONSHIPS.items() if p.weight != UNKNOWN_WEIGHT)
 
 
@@ -215,6 +218,6 @@ def max_weight(relationship_types: list[str] | None) -> float:
 
 
 def weight_arrays() -> tuple[list[str], list[float]]:
-    """The §4 table as two parallel arrays (names, weights), bound into the walk SQL."""
+    """The policy table as two parallel arrays (names, weights), bound into the walk SQL."""
     names = sorted(RELATIONSHIPS)
     return names, [RELATIONSHIPS[n].weight for n in names]

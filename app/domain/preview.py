@@ -1,4 +1,4 @@
-"""Content previews (contract §5): a memory's content bounded by a character budget.
+"""Content previews (rule: preview-cut): a memory's content bounded by a character budget.
 
 The rule: content of at most ``budget`` characters is returned unchanged. Longer content is cut
 at its last whitespace character at a position ``<= budget`` (so at most ``budget`` characters are
@@ -64,7 +64,8 @@ def _check_budget(budget: int) -> None:
 
 
 def preview(content: str, budget: int) -> tuple[str, bool]:
-    """Bound ``content`` to ``budget`` characters as §5 says; returns ``(text, truncated)``.
+    """Bound ``content`` to ``budget`` characters as the rule preview-cut says; returns ``(text,
+    truncated)``.
 
     ``(content, False)`` when ``len(content) <= budget``; else ``(cut + "...", True)`` where ``cut``
     has at most ``budget`` characters (see the module docstring). Budget 0 gives ``("...", True)``

@@ -1,7 +1,7 @@
 """The reader: the authenticated principal of a request, resolved once from its API key.
 
-The readable project set is computed once per request (contract §2) and then bound as an array
-parameter into every read statement through :mod:`app.repo.readrule`.
+The readable project set is computed once per request (rule: readable-project-set) and then bound as
+an array parameter into every read statement through :mod:`app.repo.readrule`.
 """
 
 from __future__ import annotations

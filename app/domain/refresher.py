@@ -1,4 +1,5 @@
-"""The automatic refresh of the search word statistics (issue 12; docs/search.md).
+"""The automatic refresh of the search word statistics (rule: word-stats-per-audience;
+docs/search.md).
 
 The full-text lane weighs words from per-audience document counts (:mod:`app.domain.terms`).
 A write that changes or removes a counted memory retires its audience, and until a recount every

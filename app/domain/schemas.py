@@ -1,6 +1,6 @@
 """Request and response shapes shared by every surface (REST and MCP use these very models).
 
-Shapes follow ``seed/mcp-traverse.md`` with the additions of contract §5 and §6. A field of the
+Shapes follow ``seed/mcp-traverse.md`` with the additions of docs/api.md. A field of the
 wrong JSON type is a validation error (HTTP 422 / MCP tool error); an out-of-range number is
 clamped by the domain and the applied value echoed. Unknown fields are rejected.
 """
@@ -19,13 +19,13 @@ class _Request(BaseModel):
 
 
 class ExpandRequest(_Request):
-    """Input of ``expand_neighbors`` (contract §5)."""
+    """Input of ``expand_neighbors`` (rule: walk-reference-semantics)."""
 
     entity_ids: list[Any] = Field(
         description=f"Seed ids (memories or passages); the first {policy.MAX_SEEDS} are walked, "
         f"the rest returned in `unresolved` (at most {policy.MAX_NAMES}).",
-        # Strings; anything else is refused by the domain as malformed (400, contract §5), not
-        # as a wrong JSON type (422): the schema still says what to send.
+        # Strings; anything else is refused by the domain as malformed (400, rule:
+        # seeds-normalised), not as a wrong JSON type (422): the schema still says what to send.
         json_schema_extra={"items": {"type": "string"}},
     )
     relationship_types: list[StrictStr] | None = Field(
@@ -91,7 +91,7 @@ class ExpandResponse(BaseModel):
 
 
 class SliceRequest(_Request):
-    """Input of ``fetch_slice`` (contract §6)."""
+    """Input of ``fetch_slice`` (rule: slice-window)."""
 
     entity_id: StrictStr = Field(description="A passage id, or the memory it was cut from.")
     window: StrictInt | None = Field(
@@ -141,7 +141,7 @@ class SliceResponse(BaseModel):
 
 
 class SearchRequest(_Request):
-    """Input of ``search`` (contract §8, issue 4)."""
+    """Input of ``search`` (rule: search-lanes)."""
 
     query: StrictStr = Field(
         description="What to look for: a question or words as written (a memory holding any "
@@ -213,7 +213,7 @@ class SearchResponse(BaseModel):
 
 
 class ContextRequest(_Request):
-    """Input of ``context`` (contract §8, issue 4)."""
+    """Input of ``context`` (rule: context-budget-whole)."""
 
     goal: StrictStr = Field(
         description="What the pack is for, in plain words (e.g. 'how do we type generics'). "

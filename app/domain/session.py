@@ -36,7 +36,7 @@ from app.repo.readers import reader_by_key
 T = TypeVar("T")
 
 # connection, resources, operator intervention; and a database or role that does not exist
-# (dropped while serving, or a DATABASE_URL naming none: a trial saw 500s): 3D, 28
+# (dropped while serving, or a DATABASE_URL naming none: not a 500): 3D, 28
 _UNAVAILABLE_CLASSES = ("08", "53", "57P", "3D", "28")
 _UNDEFINED_TABLE = "42P01"  # the schema is missing: nobody ran the migrations on this database
 SCHEMA_BEHIND = "The database schema is not at the newest migration (run `sibyl-pg migrate`)"

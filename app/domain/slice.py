@@ -1,4 +1,4 @@
-"""``fetch_slice``: widen one memory into the window of spans it was cut into (contract §6).
+"""``fetch_slice``: widen one memory into the window of spans it was cut into (rule: slice-window).
 
 Rules: the parent is authorized before any span is served (even a named span); absent, denied,
 outside ``project``, and a passage id of an older revision are one and the same 404. The window
@@ -9,7 +9,7 @@ the whole window, spent in order; a span that straddles it is cut like a preview
 when the returned spans are the full current set of a lossless prose (or declared) cut and none
 was truncated; evidence spans never claim it. A memory never cut comes back whole as one
 pseudo-passage (``sliced: false``); it covers its parent unless the budget cut it (a conservative
-reading of §6, documented in the README).
+reading, rule: covers-parent-honest).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def compact(body: str) -> str:
 
 
 def window_start(named_index: int | None, total: int, window: int) -> int:
-    """First span index of the window (anchor rule of §6)."""
+    """First span index of the window (rule: slice-window)."""
     if named_index is None:
         return 0
     start = named_index - (window - 1) // 2

@@ -1,4 +1,4 @@
-"""Passage projections (contract §7): how a long memory body is cut into spans.
+"""Passage projections (rule: span-bound): how a long memory body is cut into spans.
 
 A *projection* turns one memory body into an ordered tuple of :class:`Span` (character offsets
 into the body, end exclusive). The service stores each span as a passage linked to its parent by
@@ -69,7 +69,7 @@ Types other than ``observation`` and :data:`NEVER_CUT_TYPES` (``task``, ``person
 * **No whitespace-only span.** Every unit holds a non-whitespace character (a preamble of
   whitespace opens the first section; a body of whitespace alone is never cut), so every span
   does. Nothing is lost, so a prose projection is always ``lossless`` (``covers_parent`` then
-  only depends on the window, §6).
+  only depends on the window, rule: slice-window).
 * **Breadcrumb** of a span: the heading texts of the deepest section containing the span's first
   character, from the outermost ancestor down to that section itself, joined by ``" > "``; e.g. a
   span starting inside "Rationale" under "Specification" gets ``"Specification > Rationale"``.
@@ -179,7 +179,7 @@ class Projection:
     """The spans cut from one body, in body order.
 
     ``lossless`` is true iff the spans partition the whole body and nothing was dropped; it is
-    always false for evidence (contract §6: evidence never claims coverage).
+    always false for evidence (rule: covers-parent-honest; evidence never claims coverage).
     """
 
     kind: ProjectionKind
@@ -555,7 +555,7 @@ def _pack(units: list[_Unit]) -> list[_Piece]:
 
 
 def cut_prose(body: str) -> Projection | None:
-    """Cut a prose body along its Markdown heading tree (contract §7; rules in the module doc).
+    """Cut a prose body along its Markdown heading tree (rule: span-bound; rules in the module doc).
 
     Returns ``None`` when ``len(body) <= PROSE_MIN_BODY`` (2000) or the body is only whitespace:
     the body is never cut. Otherwise a ``"prose"`` projection of spans in body order tiling the
@@ -570,7 +570,8 @@ def cut_prose(body: str) -> Projection | None:
 
 
 def cut_evidence(body: str, *, lines_per_span: int = EVIDENCE_LINES_DEFAULT) -> Projection | None:
-    """Cut operational evidence into fixed windows of ``lines_per_span`` lines (contract §7).
+    """Cut operational evidence into fixed windows of ``lines_per_span`` lines (rule:
+    evidence-windows).
 
     Lines end with ``"\\n"`` (kept in the window); the last window holds the remaining lines and
     may be shorter. At most 64 windows: a longer body gets windows of ``k × lines_per_span``
@@ -610,7 +611,7 @@ def _int_field(item: Mapping[str, Any], key: str, index: int) -> int:
 
 
 def declared_spans(body: str, spans: Sequence[Mapping[str, Any]]) -> Projection:
-    """Validate writer-declared spans and use them verbatim (contract §7).
+    """Validate writer-declared spans and use them verbatim (rule: declared-spans).
 
     ``spans`` is a list of ``{"start": int, "end": int, "label": str}`` (character offsets, end
     exclusive; other keys are ignored). They must be 1..64, in body order, each non-empty, tiling
@@ -692,7 +693,7 @@ def project(
     declared: Sequence[Mapping[str, Any]] | None = None,
     evidence_lines: int = EVIDENCE_LINES_DEFAULT,
 ) -> Projection | None:
-    """Choose and apply the projection for a memory (contract §7).
+    """Choose and apply the projection for a memory (rule: span-bound).
 
     ``declared`` given (even an empty list) → :func:`declared_spans` (may raise
     :class:`SpanError`); type ``observation`` → :func:`cut_evidence` with ``evidence_lines``;

@@ -73,9 +73,9 @@ def strip_invisible(text: str) -> str:
     """``text`` without the :func:`invisible` characters at its ends; inside it they stay.
     A query word: ``"\u202equorvex\u202c"`` and ``"type\ufe0f"`` are the words ``quorvex`` and
     ``type`` (the database's parser drops them or reads no letter in them; kept, the query's
-    word matched nothing, and in ``filters.words`` it looked like another word: new-user
-    trials). A whole query (:func:`app.domain.search.normalize_query`): the exact lane meets
-    ``task_a1`` in ``"\ufefftask_a1"`` as the word lane does."""
+    word would match nothing, and in ``filters.words`` look like another word). A whole query
+    (:func:`app.domain.search.normalize_query`): the exact lane meets ``task_a1`` in
+    ``"\ufefftask_a1"`` as the word lane does."""
     start, end = 0, len(text)
     while start < end and invisible(text[start]):
         start += 1

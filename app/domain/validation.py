@@ -1,5 +1,5 @@
 """Input rules shared by every verb: malformed input is a 400 (``BadRequest``) with a message that
-names the field, never a stored row (contract §5, §9)."""
+names the field, never a stored row (rule: hidden-is-absent)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def clean_text(value: str, *, field: str) -> str:
 
 def nfc(value: str) -> str:
     """``value`` in Unicode normalization form C, the one form text is stored and compared in
-    (contract §8): ``cafe\u0301`` is stored ``café``, so every spelling a user types finds it.
+    (rule: text-in-nfc): ``cafe\u0301`` is stored ``café``, so every spelling a user types finds it.
     Free for text already in NFC (a quick check first)."""
     return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
 
@@ -101,11 +101,11 @@ def printable_line(value: str) -> str:
 
 
 def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
-    """Strip each seed and drop exact duplicates keeping order (§5).
+    """Strip each seed and drop exact duplicates keeping order (rule: seeds-normalised).
 
     Raises ``BadRequest`` for an empty list, a list of more than
-    :data:`app.domain.policy.MAX_NAMES` ids (as for every list of a request; §5 walks 8 and
-    returns the rest in ``unresolved``: a trial sent 300,000 and got back a 3.3 MB echo), a blank
+    :data:`app.domain.policy.MAX_NAMES` ids (as for every list of a request; expand walks 8 and
+    returns the rest in ``unresolved``, so 300,000 seeds would come back as a 3.3 MB echo), a blank
     or non-string id, or one holding a NUL character or a lone surrogate. Ids that cannot exist
     (outside the id alphabet) are kept: they simply do not resolve, like any absent id.
     """
@@ -129,7 +129,7 @@ def normalize_names(values: Sequence[str] | None, *, field: str, upper: bool) ->
     """Upper- or lower-case relationship/type names; each must match ``[A-Za-z0-9_]{1,64}``.
 
     ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises
-    ``BadRequest`` for a malformed name (contract §5) or a list of more than
+    ``BadRequest`` for a malformed name (rule: seeds-normalised) or a list of more than
     :data:`app.domain.policy.MAX_NAMES` entries. Linear in the list's length.
     """
     if values is None:
@@ -167,7 +167,8 @@ SYNTHETIC_RELATIONSHIPS = frozenset({"SHARES_COMMUNITY", "MENTIONS"})
 
 
 def stored_relationship(name: str) -> str:
-    """The upper-cased name of an edge a writer may store (contract §1, §4).
+    """The upper-cased name of an edge a writer may store (rules: edge-direction,
+    relationship-policy).
 
     Raises ``BadRequest`` for a name outside ``[A-Za-z0-9_]{1,64}`` or a synthetic relationship
     (``SHARES_COMMUNITY`` comes from communities, ``MENTIONS`` from links and mention records).

@@ -1,4 +1,5 @@
-"""The write rules (contract §9 revised, issue 13): one place, applied by REST, MCP and import.
+"""The write rules (rules: one-write-path, pending-links): one place, applied by REST, MCP and
+import.
 
 Every door that writes a memory or an edge calls these functions, so a rule holds whichever way
 a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP and the import):

@@ -1,4 +1,4 @@
-"""Request and response shapes of the write surface (contract §9, issue 5), shared by REST and
+"""Request and response shapes of the write surface (rule: one-write-path), shared by REST and
 MCP: entities, edges, grants, and the admin directory (users, projects, members, API keys).
 
 A field of the wrong JSON type, an unknown field or a value outside a closed set (``scope``,
@@ -34,14 +34,14 @@ KeyScope = Literal["read", "write", "admin"]
 
 METADATA_MAX_DEPTH = 64
 """The deepest nesting of objects and arrays a memory's ``metadata`` may hold (the object
-itself is level 1). Deeper JSON was stored and then failed every read of the memory with a 500
-(its serializer recursed too deep; a new-user trial, 2026-12-01)."""
+itself is level 1). Deeper JSON would be stored and then fail every read of the memory with a
+500 (its serializer recurses too deep)."""
 
 
 METADATA_MAX_CHARS = 65_536
 """The largest ``metadata`` a memory may hold, in characters of compact JSON. Unbounded, one
-memory with 400,000 keys slowed every read that returned it by most of a second, for everyone
-(a breaker's trial, 2026-12-01); bodies belong in ``content``."""
+memory with 400,000 keys slows every read that returns it by most of a second, for everyone;
+bodies belong in ``content``."""
 
 
 def _json_fault(value: Any) -> str | None:
@@ -83,7 +83,7 @@ class _Request(BaseModel):
 
 
 class SpanIn(_Request):
-    """A declared span (contract §7): ``[start, end)`` character offsets into the body."""
+    """A declared span (rule: declared-spans): ``[start, end)`` character offsets into the body."""
 
     start: StrictInt = Field(description="First character of the span (0-based).")
     end: StrictInt = Field(description="One past the last character of the span.")
@@ -161,8 +161,8 @@ class EntityPatch(_Request):
     @field_validator("type", "name", "content", "scope", "lifecycle", "metadata", mode="before")
     @classmethod
     def _not_null(cls, value: Any) -> Any:
-        """``null`` is no value of these fields (422): it used to be taken as "absent" and the
-        field kept, so ``{"content": null}`` answered 200 and cleared nothing (a trial). Leave a
+        """``null`` is no value of these fields (422): taken as "absent", ``{"content": null}``
+        would answer 200 and clear nothing. Leave a
         field out to keep it; ``""`` empties ``content``, ``{}`` ``metadata``. (``project: null``
         means "no project", and ``spans: null`` "cut by the service".)"""
         if value is None:

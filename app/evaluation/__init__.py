@@ -1,2 +1,2 @@
-"""The evaluation of issue 12: a question set written from the PEP texts, run through the public
+"""The evaluation (docs/eval.md): a question set written from the PEP texts, run through the public
 read verbs (search, expand_neighbors, fetch_slice, context) as one reader (docs/eval.md)."""

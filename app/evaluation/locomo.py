@@ -144,9 +144,9 @@ def load(folder: Path) -> tuple[list[Session], list[LocomoQuestion]]:
 
 
 def records(sessions: Iterable[Session]) -> Iterator[dict[str, Any]]:
-    """The import records (contract §9 format) of ``sessions``: the org, an owner and a reader
-    (a member of the org who reads its org-visible projects), a project per conversation, a
-    ``note`` per session."""
+    """The import records (the import format, rule: import-idempotent) of ``sessions``: the org, an
+    owner and a reader (a member of the org who reads its org-visible projects), a project per
+    conversation, a ``note`` per session."""
     sessions = list(sessions)
     yield {"kind": "org", "id": ORG, "name": "LoCoMo conversations"}
     yield {"kind": "user", "id": OWNER, "org": ORG, "handle": "locomo_owner", "role": "owner"}

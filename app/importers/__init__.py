@@ -1,5 +1,6 @@
-"""Importers: turn outside data into the NDJSON import records of contract §9.
+"""Importers: turn outside data into the NDJSON import records (rule: import-idempotent).
 
-- ``app.importers.ndjson``: bulk import of §9 records into the database.
-- ``app.importers.peps``: pure-Python conversion of the PEP corpus into §9 records (no database).
+- ``app.importers.ndjson``: bulk import of import records into the database.
+- ``app.importers.peps``: pure-Python conversion of the PEP corpus into import records (no
+  database).
 """

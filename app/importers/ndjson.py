@@ -1,4 +1,4 @@
-"""Bulk import of NDJSON records (contract §9): one object a line, idempotent by id.
+"""Bulk import of NDJSON records (rule: import-idempotent): one object a line, idempotent by id.
 
 **All or nothing per file** (the default): the whole file is one transaction. A bad line stops
 the import and is reported with its line number, the offending id and the reason (and how many
@@ -147,7 +147,7 @@ class MemberRec(_Rec):
 
 
 class SpanRec(_Rec):
-    """A declared span ``{start, end, label}`` (§7)."""
+    """A declared span ``{start, end, label}`` (rule: declared-spans)."""
 
     start: int
     end: int
@@ -155,7 +155,7 @@ class SpanRec(_Rec):
 
 
 class EntityRec(_Rec):
-    """An entity (a memory); see contract §9 for defaults."""
+    """An entity (a memory); see docs/import-format.md for defaults."""
 
     kind: Literal["entity"]
     id: IdStr
@@ -318,9 +318,9 @@ def parse_line(line_no: int, raw: str) -> Record | None:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise ImportError_(line_no, f"not valid JSON ({exc.msg})") from None
-    except RecursionError:  # a line nested ~1,000 levels deep (a breaker trial: a traceback)
+    except RecursionError:  # a line nested ~1,000 levels deep: a refused line
         raise ImportError_(line_no, "not valid JSON (nested deeper than it can be read)") from None
-    except ValueError:  # an integer of more than 4,300 digits (Python's limit; a review)
+    except ValueError:  # an integer of more than 4,300 digits (Python's limit)
         raise ImportError_(line_no, "not valid JSON (a number too long to read)") from None
     try:
         rec = _RECORD.validate_python(obj)
@@ -390,8 +390,8 @@ def from_dicts(records: Iterable[dict[str, Any]]) -> Iterator[Item]:
 
 
 def entity_data(rec: EntityRec) -> EntityData:
-    """The memory a record states, with the import's defaults (§9); ``BadRequest`` when its
-    scope, project and owner do not agree."""
+    """The memory a record states, with the import's defaults (rule: import-idempotent);
+    ``BadRequest`` when its scope, project and owner do not agree."""
     scope = rec.scope or ("project" if rec.project else "private")
     write_rules.check_scope(scope, rec.project)
     if scope == "private" and not rec.owner:

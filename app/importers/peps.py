@@ -1,7 +1,8 @@
-"""Convert the PEP corpus (a folder of ``pep-NNNN.rst`` files) into contract §9 import records.
+"""Convert the PEP corpus (a folder of ``pep-NNNN.rst`` files) into import records (rule:
+import-idempotent).
 
 Pure Python, no database: :func:`iter_pep_records` reads the folder and yields plain dicts, one
-§9 record each (write them one a line as NDJSON, or hand them to ``app.importers.ndjson``);
+import record each (write them one a line as NDJSON, or hand them to ``app.importers.ndjson``);
 :func:`summarize` counts what a record stream holds.
 
 Each file is an RFC 822-style header block (``PEP:``, ``Title:``, ``Author:``, ``Status:``,
@@ -86,7 +87,7 @@ __all__ = [
 ORG_ID = "org_python"
 ORG_NAME = "Python"
 ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
-"""Every id this module emits matches this pattern in full (contract §9)."""
+"""Every id this module emits matches this pattern in full (rule: import-idempotent)."""
 
 _PEP_FILE_RE = re.compile(r"pep-(\d+)\.rst")
 _HEADER_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
@@ -681,7 +682,7 @@ def _checked(record: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class PepSummary:
-    """What a stream of §9 records holds (see :func:`summarize`)."""
+    """What a stream of import records holds (see :func:`summarize`)."""
 
     entities: int
     depends_on_pairs: int

@@ -1,4 +1,4 @@
-"""The MCP adapter: the service's read verbs as tools for agents (contract §10, issue 3).
+"""The MCP adapter: the service's read verbs as tools for agents (rule: same-verbs-both-surfaces).
 
 - :mod:`app.mcp.server` builds the ``MCPServer`` and its tools. Each tool is a thin adapter: it
   builds the very pydantic request model REST uses, runs the very domain function REST runs

@@ -1,4 +1,5 @@
-"""MCP over streamable HTTP at ``/mcp``, inside the REST app, with the same keys (contract §10).
+"""MCP over streamable HTTP at ``/mcp``, inside the REST app, with the same keys (rule:
+same-verbs-both-surfaces).
 
 - **Auth.** :class:`BearerGate` wraps the transport: a request without a valid
   ``Authorization: Bearer <key>`` is refused with REST's own 401 (``{"detail": ...}``,

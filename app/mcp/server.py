@@ -1,4 +1,5 @@
-"""The MCP server and its tools: thin adapters over the domain verbs (contract §10, issue 3).
+"""The MCP server and its tools: thin adapters over the domain verbs (rule:
+same-verbs-both-surfaces).
 
 Every tool
 
@@ -134,8 +135,8 @@ def build_mcp(
 ) -> MCPServer:
     """The MCP server exposing the read verbs for the caller ``key_provider`` names.
 
-    Tools: ``search`` and ``context`` (contract §8), ``expand_neighbors`` (§5) and
-    ``fetch_slice`` (§6), all read-only.
+    Tools: ``search`` and ``context`` (rule: search-lanes), ``expand_neighbors`` (rule:
+    walk-reference-semantics) and ``fetch_slice`` (rule: slice-window), all read-only.
     """
     surface = Surface(engine_provider, key_provider, settings)
 
@@ -264,7 +265,7 @@ def build_mcp(
         ),
         read_tool(fetch_slice, name="fetch_slice", title="Fetch slice", description=FETCH_SLICE),
     ]
-    tools += write_tools(surface)  # remember, link: need the `write` scope (issue 5)
+    tools += write_tools(surface)  # remember, link: need the `write` scope
     return MCPServer(
         SERVER_NAME,
         title="sibyl-pg memory",

@@ -1,5 +1,5 @@
-"""The MCP write tools (issue 5): ``remember`` (create or edit a memory) and ``link`` (write an
-edge). Thin adapters over :mod:`app.domain.entities`, the verbs REST's ``POST``/``PATCH
+"""The MCP write tools (rule: one-write-path): ``remember`` (create or edit a memory) and ``link``
+(write an edge). Thin adapters over :mod:`app.domain.entities`, the verbs REST's ``POST``/``PATCH
 /api/entities`` and ``POST /api/edges`` call, through :func:`app.domain.session.run_write`: one
 transaction per call, and the key must hold the ``write`` scope (a read-only key gets the tool
 error "This key lacks the 'write' scope" and nothing changes). A domain error is a tool error

@@ -1,4 +1,5 @@
-"""SQL of the community job (issue 6): read one org's memories and links, replace its communities.
+"""SQL of the community job (rule: communities-follow-readability): read one org's memories and
+links, replace its communities.
 
 This is a batch job run by an operator (``sibyl-pg communities rebuild``), not a read path: it
 serves nothing to a reader, so it embeds no read rule. It reads every memory and link of one org;
@@ -67,7 +68,8 @@ FROM unnest(CAST(:community_ids AS text[]), CAST(:entity_ids AS text[]))
      AS m(community_id, entity_id)"""
 )
 
-# A write made these communities stale (contract §9): they go, members with them (cascade).
+# A write made these communities stale (rule: communities-follow-readability): they go, members with
+# them (cascade).
 RETIRE_SQL = text(
     """/* sibyl:communities.retire */
 DELETE FROM communities c

@@ -1,4 +1,4 @@
-"""Statements of the org directory (contract §9 admin endpoints and CLI): orgs, users, projects,
+"""Statements of the org directory (rule: write-permissions): orgs, users, projects,
 project members, entity grants and API key records. Every statement is bounded to one org.
 
 Deletes that a foreign key may refuse (a user who still owns memories, a project that still

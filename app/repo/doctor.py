@@ -1,4 +1,5 @@
-"""The catalog and statistics queries of ``doctor`` (issue 14): what the server says about itself.
+"""The catalog and statistics queries of ``doctor`` (rule: doctor-on-every-server): what the server
+says about itself.
 
 Every statement reads system views only (``pg_settings``, ``pg_class``, ``pg_index``,
 ``pg_stat_user_tables``, ``pg_stat_database``, ``pg_available_extensions``) and starts with its
@@ -224,10 +225,10 @@ SELECT to_regclass('term_audiences') IS NOT NULL AND to_regclass('term_stats') I
 
 @dataclass(frozen=True)
 class SearchStatistics:
-    """Freshness of the search word statistics (issue 12) of some orgs: their ``audiences``
-    counted, how many are ``stale`` (a write changed what they count; their readers get the
-    fallback word weights) and since when the oldest stale one was last counted, and the orgs
-    ``due`` a recount (stale audiences, or memories created since the count, or never counted:
+    """Freshness of the search word statistics (rule: word-stats-per-audience) of some orgs: their
+    ``audiences`` counted, how many are ``stale`` (a write changed what they count; their readers
+    get the fallback word weights) and since when the oldest stale one was last counted, and the
+    orgs ``due`` a recount (stale audiences, or memories created since the count, or never counted:
     :func:`app.repo.term_stats.due_orgs`)."""
 
     audiences: int

@@ -1,4 +1,4 @@
-"""Statements of the entity and edge routes (contract §9): read one memory through the read
+"""Statements of the entity and edge routes (rule: one-write-path): read one memory through the read
 rule, delete a memory, write and delete edges, keep SUPERSEDES acyclic.
 
 Inserting a memory and its passages is :mod:`app.repo.writes` (shared with the importer).
@@ -30,11 +30,10 @@ DELETE FROM entities WHERE org_id = :org_id AND id = :id RETURNING id"""
 )
 
 # The memory goes, the [[links]] to it stay in their sources' bodies: they wait again as pending
-# links, and become mentions once more if a memory of that id is created (contract §9).
+# links, and become mentions once more if a memory of that id is created (rule: pending-links).
 # The sources are locked FOR KEY SHARE first: a source deleted at the same moment (its delete
-# holds its row) is waited for and then left out, where it failed the pending link's foreign
-# key (a breaker's trial: two DELETEs at once of a memory and of one linking to it, a 500 in
-# 30 of 40 rounds).
+# holds its row) is waited for and then left out, where it would fail the pending link's
+# foreign key (two DELETEs at once, of a memory and of one linking to it; docs/decisions.md).
 REPEND_LINKS_SQL = text(
     """/* sibyl:entity.delete_repend */
 WITH sources AS (
@@ -94,8 +93,9 @@ WITH RECURSIVE reach(id) AS (
 SELECT EXISTS (SELECT 1 FROM reach WHERE id = :src_id)"""
 )
 
-# The same walk through the memories the writer can read only (contract §9: a write check never
-# reveals a hidden memory): a SUPERSEDES path through a memory the writer cannot read is no path.
+# The same walk through the memories the writer can read only (rule: write-checks-hide-nothing; a
+# write check never reveals a hidden memory): a SUPERSEDES path through a memory the writer cannot
+# read is no path.
 READABLE_SUPERSEDES_PATH_SQL = text(
     f"""/* sibyl:edge.supersedes_path_readable */
 WITH RECURSIVE reach(id) AS (

@@ -1,4 +1,4 @@
-"""The SQL a verb really sends, and how PostgreSQL runs it (contract §10, issue 7).
+"""The SQL a verb really sends, and how PostgreSQL runs it (rule: explain-what-is-sent).
 
 Nothing here holds a copy of a verb's SQL. :func:`capture` records, on one connection, every
 statement the driver is handed (the exact text, with ``$n`` placeholders, and the positional

@@ -1,4 +1,5 @@
-"""The statements behind write checks (contract §9): what a writer may read, and their roles.
+"""The statements behind write checks (rule: write-checks-hide-nothing): what a writer may read, and
+their roles.
 
 "Can the writer read the target" is always answered by the one read rule
 (:func:`app.repo.readrule.readable`) embedded in the ``WHERE`` clause: a row the writer cannot

@@ -1,6 +1,6 @@
 """Resolve a reader from an API key (or, for operators' CLI commands, from a user id).
 
-The readable project set (contract §2) is computed here, once per request, in SQL.
+The readable project set (rule: readable-project-set) is computed here, once per request, in SQL.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The one read rule (contract §2), as the single SQL fragment every read statement embeds.
+"""The one read rule (rule: one-read-rule), as the single SQL fragment every read statement embeds.
 
 ``readable(alias)`` returns a boolean SQL expression over an ``entities`` row aliased ``alias``:
 
@@ -65,8 +65,8 @@ def readable_by(alias: str, reader: str) -> str:
     in place of the bound parameters: ``org_id`` text, ``user_id`` text, ``readable_projects``
     text[] and ``k_projects`` text[] (NULL: the key is not restricted), as
     :mod:`app.repo.readers` computes them. Lets one statement authenticate a key and read with
-    it (one round trip fewer a request, issue 15). Both aliases are fixed identifiers of the
-    calling query; raises ``ValueError`` otherwise.
+    it (one round trip fewer a request; rule: one-round-trip-expand). Both aliases are fixed
+    identifiers of the calling query; raises ``ValueError`` otherwise.
     """
     r = _check(reader)
     return _TEMPLATE.format(

@@ -1,15 +1,17 @@
-"""The related memories of a context pack: one statement for every item at once (contract §8).
+"""The related memories of a context pack: one statement for every item at once (rule:
+context-budget-whole).
 
 For each item ``f`` of ``:item_ids`` (memories and passages), its one-hop neighbors as a depth-1
 ``expand_neighbors`` walk from ``f`` alone would find them, by the same hop arms, the same read
 rule (:func:`app.repo.readrule.readable`, through :data:`app.repo.walk.ENTER`), the same weights
 and per-arm cap (``:hop_cap``: ``SIBYL_WALK_HOP_CAP``, none by default; rows examined in the
-walk's order, strongest hop first, so a cap drops the weakest hops, §5), and the same best-hop rule
-(highest weight, then relationship name, outgoing before incoming): from a memory, its edges and
-mentions both ways and its communities' other members (under ``:rel_filter`` and the direction
-rules ``:out_denied`` / ``:in_denied``), never its own passages (one ``fetch_slice`` away); from
-a passage, its parent (always allowed, §5). Per item, the best ``:related_limit`` by score
-(= weight at distance 1) desc, then id; never the item itself.
+walk's order, strongest hop first, so a cap drops the weakest hops; rule: bounded-walk), and the
+same best-hop rule (highest weight, then relationship name, outgoing before incoming): from a
+memory, its edges and mentions both ways and its communities' other members (under ``:rel_filter``
+and the direction rules ``:out_denied`` / ``:in_denied``), never its own passages (one
+``fetch_slice`` away); from a passage, its parent (always allowed, rule: own-spans-on-request). Per
+item, the best ``:related_limit`` by score (= weight at distance 1) desc, then id; never the item
+itself.
 
 Cost: one statement for the whole pack instead of one walk per item; each arm is an index probe
 per item, bounded by ``:hop_cap`` rows when set (else by the item's degree).
@@ -89,7 +91,7 @@ CROSS JOIN LATERAL (
                 AND {ENTER}
               ORDER BY c2.entity_id, c2.community_id
               LIMIT :hop_cap
-            ) UNION ALL (  -- a passage to its parent (always allowed, §5)
+            ) UNION ALL (  -- a passage to its parent (always allowed)
               SELECT t.id, {PASSAGE_REL}, 0, {WEIGHT.format(rel=PASSAGE_REL)}
               FROM passages p
               JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
@@ -111,7 +113,7 @@ ORDER BY f.id, r.weight DESC, r.id"""
 
 @dataclass(frozen=True)
 class RelatedRow:
-    """One related memory of one item (``weight``: the §4 weight of its best hop)."""
+    """One related memory of one item (``weight``: the policy weight of its best hop)."""
 
     item_id: str
     id: str

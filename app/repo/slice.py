@@ -1,4 +1,4 @@
-"""The statements of ``fetch_slice`` (contract §6): resolve the target, then read one window.
+"""The statements of ``fetch_slice`` (rule: slice-window): resolve the target, then read one window.
 
 Both run in one repeatable-read transaction, so the parent and its spans come from one snapshot.
 The parent is authorized (the read rule) before any span is read, even when a span is named.

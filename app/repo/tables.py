@@ -1,4 +1,4 @@
-"""The schema as SQLAlchemy typed models; Alembic migrations create it (contract §3).
+"""The schema as SQLAlchemy typed models; Alembic migrations create it (rule: schema-by-migrations).
 
 Every table carries ``org_id`` and every key the walk uses leads with it, so a distributed
 Postgres (Citus, distributed by ``org_id``) routes a walk to one shard (``docs/scaling.md``).
@@ -69,7 +69,8 @@ ischema_names["pg_snapshot"] = PgSnapshot
 ischema_names["xid8"] = Xid8
 
 
-# Full-text documents of search (contract §8; migration 0003 says why they are built this way).
+# Full-text documents of search (rule: search-lanes; migration 0003 says why they are built this
+# way).
 ENTITY_SEARCH_TSV = (
     "setweight(to_tsvector('english'::regconfig, name), 'A') || "
     "setweight(to_tsvector('english'::regconfig, CASE WHEN passage_total > 0 AND "
@@ -83,7 +84,7 @@ PASSAGE_SEARCH_TSV = (
 ENTITY_HEAD_TSV = "to_tsvector('english'::regconfig, name)"
 PASSAGE_HEAD_TSV = "to_tsvector('english'::regconfig, coalesce(breadcrumb, ''))"
 # A name's title after a conventional prefix (``PEP 8: ``, ``KEP-753: ``), lower-cased; null
-# when the name has no such prefix (the exact lane, contract §8).
+# when the name has no such prefix (the exact lane, rule: search-lanes).
 TITLE_PREFIX = "^[[:alpha:]]{2,12}[ -]?[0-9]+[[:alnum:]]*[[:space:]]*[-:.–—][[:space:]]+"
 ENTITY_TITLE_LOWER = (
     f"CASE WHEN name ~ '{TITLE_PREFIX}' THEN lower(regexp_replace(name, '{TITLE_PREFIX}', '')) END"
@@ -183,7 +184,8 @@ class ProjectMember(Base):
 
 
 class Entity(Base):
-    """A memory. ``passage_*`` columns describe its current cut (contract §6, §7)."""
+    """A memory. ``passage_*`` columns describe its current cut (rules: stale-passage-is-404,
+    span-bound)."""
 
     __tablename__ = "entities"
     org_id: Mapped[str] = mapped_column(Id, primary_key=True)
@@ -215,7 +217,7 @@ class Entity(Base):
     head_tsv: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(ENTITY_HEAD_TSV, persisted=True), nullable=True
     )
-    # lower(name), bytewise ordered: the exact lane's name-prefix range scan (contract §8).
+    # lower(name), bytewise ordered: the exact lane's name-prefix range scan (rule: search-lanes).
     name_lower: Mapped[str | None] = mapped_column(
         Id, Computed("lower(name)", persisted=True), nullable=True
     )
@@ -247,7 +249,8 @@ class Entity(Base):
         ),
         Index("ix_entities_project", "org_id", "project_id"),
         Index("ix_entities_created_xid", "org_id", "created_xid"),  # the refresher (0009)
-        # Search (contract §8): the full-text lane, and the exact lane's name-prefix range scan.
+        # Search (rule: search-lanes): the full-text lane, and the exact lane's name-prefix range
+        # scan.
         Index("ix_entities_search", "search_tsv", postgresql_using="gin"),
         Index("ix_entities_head", "head_tsv", postgresql_using="gin"),
         Index("ix_entities_name_prefix", "org_id", "name_lower", "id"),
@@ -283,7 +286,7 @@ class EntityGrant(Base):
 
 
 class Edge(Base):
-    """A typed, directed relationship ``src -relationship-> dst`` (contract §1)."""
+    """A typed, directed relationship ``src -relationship-> dst`` (rule: edge-direction)."""
 
     __tablename__ = "edges"
     org_id: Mapped[str] = mapped_column(Id, primary_key=True)
@@ -364,7 +367,8 @@ class Passage(Base):
 
 
 class Community(Base):
-    """A community of memories detected among one audience's memories (issue 6).
+    """A community of memories detected among one audience's memories (rule:
+    communities-follow-readability).
 
     ``audience`` is a project id (its project-scoped memories) or ``org`` (org-scoped memories):
     detection never mixes audiences, so a community is no route around the read rule.
@@ -411,7 +415,7 @@ class CommunityRetirement(Base):
 
 class PendingLink(Base):
     """A ``[[dst]]`` link of ``src``'s content whose target did not exist (or was not readable
-    by the writer) when ``src`` was written (contract §9, issue 13). It becomes a derived
+    by the writer) when ``src`` was written (rule: pending-links). It becomes a derived
     mention the moment a memory ``dst`` is created in the org (same import, later import, REST,
     MCP), and is re-derived with ``src``'s mentions on every body edit."""
 

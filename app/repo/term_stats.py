@@ -1,13 +1,14 @@
 """Document frequencies by audience: the statistics of the full-text lane's word weights
-(issue 12; :mod:`app.domain.terms`, docs/search.md).
+(rule: word-stats-per-audience; :mod:`app.domain.terms`, docs/search.md).
 
 An **audience** is a set of rows every one of whose readers reads all of it: a project's
 project-scoped memories (audience = the project id) and the org's org-scoped memories (audience
 ``*``, which no id can be). A reader reads exactly the audiences of its readable projects, and
-``*`` unless its key is restricted to projects (contract §2, :mod:`app.repo.readrule`). Private
-memories belong to no audience and are never counted. A reader's statistics are the sums over
-the audiences it reads, so every row they count is one the reader may read: a row it cannot read
-(private, another project's, or the org's behind a restricted key) changes none of its weights.
+``*`` unless its key is restricted to projects (rule: readable-project-set;
+:mod:`app.repo.readrule`). Private memories belong to no audience and are never counted. A reader's
+statistics are the sums over the audiences it reads, so every row they count is one the reader may
+read: a row it cannot read (private, another project's, or the org's behind a restricted key)
+changes none of its weights.
 
 The documents counted are those the full-text lane scores: every memory's ``search_tsv`` and
 every current passage's (``parent_revision`` = its memory's revision), whatever the lifecycle.
@@ -234,8 +235,8 @@ WHERE i.org_id = :org_id AND s.org_id = :org_id AND s.audience = i.audience
 # so for those audiences the rows the stamp finds are the rows this snapshot saw (a refresh that
 # armed earlier and stamped after our arming stamps none of them: ours took them over). The
 # stamp then writes only the rows that changed and holds its locks for that long, not for a
-# rewrite of every lexeme of the org (a breaker's trial: writes waited 2 s behind a PEP-org
-# stamp and failed 503 on the statement timeout).
+# rewrite of every lexeme of the org (writes would wait seconds behind it and fail 503 on the
+# statement timeout).
 COUNT_CHANGES_SQL = text(
     """/* sibyl:term_stats.count_changes */
 CREATE TEMPORARY TABLE lexeme_changes ON COMMIT PRESERVE ROWS AS
@@ -322,10 +323,9 @@ SELECT pg_advisory_xact_lock_shared({_LOCK})"""
 
 # Retires an armed audience always (its refresh's count may hold the row), a fresh one unless
 # the written memory (:entity_id, still stored) was created by a transaction its count's
-# snapshot does not see: such a memory is in none of its counts (a new-user trial: editing or
-# deleting a memory made since the refresh sent every reader of its project to the fallback
-# weights). Transaction ids, not clocks: a clock that steps back could make a counted memory
-# look new (an adversarial review).
+# snapshot does not see: such a memory is in none of its counts, so editing or deleting it
+# must not send every reader of its project to the fallback weights. Transaction ids, not
+# clocks: a clock that steps back could make a counted memory look new.
 RETIRE_SQL = text(
     """/* sibyl:term_stats.retire */
 UPDATE term_audiences s SET fresh = false, armed_by = NULL

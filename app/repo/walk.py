@@ -1,4 +1,5 @@
-"""The walk of ``expand_neighbors``: seed resolution and one recursive CTE (contract §5).
+"""The walk of ``expand_neighbors``: seed resolution and one recursive CTE (rule:
+walk-reference-semantics).
 
 Read ``docs/walk-plans.md`` for a guided tour. In short, each row of the recursive CTE ``walk`` is
 one BFS *level*, its nodes held as parallel arrays (ids, relationships, directions, weights,
@@ -6,7 +7,7 @@ predecessors), plus ``visited``: every node at distance ≤ that level, and the 
 cap (from the one-row CTE ``wr``), which every step reads. Keeping one row per level keeps the
 work table small (a row per node carrying the visited set grows quadratically), and lets each
 level anti-join its candidates against ``visited`` once, with a hash: a true breadth-first
-distance, not a per-path one. A level is built in these steps (§5 bounded work):
+distance, not a per-path one. A level is built in these steps (rule: bounded-walk):
 
 1. ``h``: for each frontier node ``f``, its first ``:hub_degree + 1`` edges each way, read once
    into arrays (more than ``:hub_degree`` makes ``f`` a hub that way: counted before any rule),
@@ -102,8 +103,9 @@ def _text_array(values: list[str]) -> str:
     return "CAST('{" + ",".join(f'"{v}"' for v in values) + "}' AS text[])"
 
 
-# W(rel) of §4: the policy table as constants of the statement (the same for every request, so
-# they are not sent with each one), strongest first; any other name weighs the default.
+# W(rel) (rule: relationship-policy): the policy table as constants of the statement (the same for
+# every request, so they are not sent with each one), strongest first; any other name weighs the
+# default.
 WEIGHT = (
     "(CASE {rel} "
     + " ".join(
@@ -142,8 +144,9 @@ def allowed(rel: str, denied: str) -> str:
 
 PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
 
-# score(rel, d) of §4 for a weight and a distance, as every part of the walk computes it (the same
-# float8 expression everywhere, so the comparisons of the early stop and of the flag are exact).
+# score(rel, d) (rule: relationship-policy) for a weight and a distance, as every part of the walk
+# computes it (the same float8 expression everywhere, so the comparisons of the early stop and of
+# the flag are exact).
 SCORE = (
     f"least(greatest(({{weight}}) * power({_float(policy.DECAY)}, ({{distance}}) - 1),"
     f" {_float(policy.SCORE_MIN)}), {_float(policy.SCORE_MAX)})"
@@ -151,7 +154,8 @@ SCORE = (
 
 
 def _hub_arm(direction: str) -> str:
-    """SQL: a hub's edges one way (more than ``:hub_degree`` of them), strongest first (§5).
+    """SQL: a hub's edges one way (more than ``:hub_degree`` of them), strongest first (rule:
+    bounded-walk).
 
     ``out``: f -rel-> t over ``pk_edges``; ``in``: t -rel-> f over ``ix_edges_incoming``. One
     index range per tier (``:<dir>_tier_lo``/``:<dir>_tier_hi``: one relationship, or for the
@@ -346,7 +350,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                 LIMIT lvl.hop_cap + 1
               ) p
               WHERE CAST(:include_incoming AS boolean)
-                -- only when relationship_types names PART_OF or DERIVED_FROM (§5, revised)
+                -- only when relationship_types names PART_OF or DERIVED_FROM (own-spans-on-request)
                 AND CAST(:rel_filter AS text[]) IS NOT NULL
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
             )

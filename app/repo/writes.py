@@ -93,7 +93,7 @@ SELECT :org_id, :src_id, d FROM unnest(CAST(:dst_ids AS text[])) AS d
 ON CONFLICT DO NOTHING"""
 )
 
-# A memory was created: every link waiting for it becomes a derived mention (contract §9).
+# A memory was created: every link waiting for it becomes a derived mention (rule: pending-links).
 RESOLVE_PENDING_SQL = text(
     """/* sibyl:write.pending_resolve */
 WITH resolved AS (
@@ -252,8 +252,8 @@ async def referenced_ids(conn: AsyncConnection, *, org_id: str, ids: Sequence[st
     until the transaction ends: call it before writing rows that reference them (a mention,
     an edge), so a delete racing the write either waits for it (and then re-pends its links)
     or, committed first, leaves the id out (a link then stays pending). Checked with
-    :func:`existing_ids` instead, a target deleted in between failed the insert's foreign key
-    (a breaker's trial: 30 of 60 PATCHes racing a delete of their link's target were 500s)."""
+    :func:`existing_ids` instead, a target deleted in between would fail the insert's foreign
+    key with a 500 (rule: one-error-shape; tests/test_write_concurrency.py)."""
     if not ids:
         return set()
     rows = await conn.execute(REFERENCED_IDS_SQL, {"org_id": org_id, "ids": list(ids)})

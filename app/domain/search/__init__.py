@@ -1,4 +1,4 @@
-"""``search``: find a starting set by words, id, name or meaning (contract §8).
+"""``search``: find a starting set by words, id, name or meaning (rule: search-lanes).
 
 One retrieval pipeline (:mod:`app.domain.search.pipeline`: query → lanes → fuse → fold →
 promote → page), every number of it in one settings object

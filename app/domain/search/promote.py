@@ -1,13 +1,13 @@
 """Promotion: the best result's strongest typed neighbour is listed right after it.
 
-The hops (:func:`promotion_arms`): every relationship of contract §4 weighing at least
-:attr:`SearchSettings.promote_min_weight` (0.90: DECIDES, DEPENDS_ON, REQUIRES, BLOCKS,
-SUPERSEDES, SUPPORTS, VALIDATED_BY, USES_PROCEDURE, IMPLEMENTED), one direction each: outgoing,
-as edges run from the dependent to what it rests on (what the best match depends on, requires,
-decides, supports), except SUPERSEDES, which runs from newer to older: incoming, its successor.
-Of those, the strongest by weight, then active before superseded, then id, that the reader may
-read and that passes the request's filters (``sibyl:search.promote``; a hidden neighbour is
-passed over exactly as an absent one). The promoted row carries its source's score and
+The hops (:func:`promotion_arms`): every relationship of the policy (rule: relationship-policy)
+weighing at least :attr:`SearchSettings.promote_min_weight` (0.90: DECIDES, DEPENDS_ON, REQUIRES,
+BLOCKS, SUPERSEDES, SUPPORTS, VALIDATED_BY, USES_PROCEDURE, IMPLEMENTED), one direction each:
+outgoing, as edges run from the dependent to what it rests on (what the best match depends on,
+requires, decides, supports), except SUPERSEDES, which runs from newer to older: incoming, its
+successor. Of those, the strongest by weight, then active before superseded, then id, that the
+reader may read and that passes the request's filters (``sibyl:search.promote``; a hidden neighbour
+is passed over exactly as an absent one). The promoted row carries its source's score and
 ``metadata.match.promoted_by``.
 """
 
@@ -25,7 +25,7 @@ from app.repo import search as search_repo
 
 
 def promotion_arms(min_weight: float) -> list[tuple[str, float, bool]]:
-    """The hops a promotion takes, strongest first: ``(relationship, §4 weight, outgoing?)``
+    """The hops a promotion takes, strongest first: ``(relationship, policy weight, outgoing?)``
     (see the module docstring)."""
     rules = policy.hop_rules(None)
     arms = [

@@ -67,7 +67,7 @@ class SearchSettings:
     promote: bool = True
     """The best result's strongest typed neighbour is listed right after it."""
     promote_min_weight: float = 0.90
-    """The least relationship weight (contract §4) a promoting edge has."""
+    """The least relationship weight (rule: relationship-policy) a promoting edge has."""
 
     # metadata.focus
     span_limit: int = 64

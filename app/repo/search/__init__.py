@@ -1,4 +1,4 @@
-"""The statements of ``search`` and ``context`` (contract §8), one module per stage of the
+"""The statements of ``search`` and ``context`` (rule: search-lanes), one module per stage of the
 pipeline in :mod:`app.domain.search`:
 
 - :mod:`~app.repo.search.words`: ``sibyl:search.words``, a query's words and the reader's counts;

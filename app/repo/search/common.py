@@ -1,5 +1,5 @@
 """SQL fragments every search statement shares: the filters a candidate's memory row passes,
-the reader's audiences, and BM25 (contract §8's full-text relevance), written once.
+the reader's audiences, and BM25 (the full-text relevance, rule: search-lanes), written once.
 
 Every filter (read rule, lifecycle, types, project, a passage's current revision) sits in the
 arm that finds a row, before any cap, rank or page: a row the reader may not read neither takes

@@ -1,5 +1,5 @@
-"""``sibyl:search.exact``: the exact lane (contract §8): the memory or passage whose id is the
-query, then memories whose name, or whose title after a conventional prefix (``PEP 8: ``,
+"""``sibyl:search.exact``: the exact lane (rule: search-lanes): the memory or passage whose id is
+the query, then memories whose name, or whose title after a conventional prefix (``PEP 8: ``,
 ``KEP-753: ``), equals the query, starts with it at a word boundary, or merely starts with it
 (case-insensitive), in that order (tiers 0-3), then by name and id. The name and title indexes
 are read in order and each scan stops after ``:cap + 1`` rows (more: the lane was cut)."""

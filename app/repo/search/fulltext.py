@@ -1,4 +1,4 @@
-"""``sibyl:search.fulltext``: the full-text lane (contract §8), every query word a way in.
+"""``sibyl:search.fulltext``: the full-text lane (rule: search-lanes), every query word a way in.
 
 The statement, step by step (its CTEs):
 

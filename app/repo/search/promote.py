@@ -66,7 +66,7 @@ async def promoted(
     project: str | None,
     skip: list[str] | None = None,
 ) -> Neighbor | None:
-    """The first one-hop neighbour of ``memory`` over ``arms`` (``(relationship, §4 weight,
+    """The first one-hop neighbour of ``memory`` over ``arms`` (``(relationship, policy weight,
     outgoing?)``, in order) by weight desc, then active before superseded, then id (ties: the
     earlier arm), among the memories the reader may read whose lifecycle (one of
     ``lifecycles``), type and project pass the filters and that are not in ``skip`` (rows
