@@ -93,6 +93,12 @@ def kind(spec: dict[str, Any], node: dict[str, Any]) -> str | None:
     """``string``, ``integer``, ``array`` (of strings or anything), ``objects`` (an array of
     objects), ``object`` (a free JSON object) or None for what takes no hostile value."""
     options = [resolve(spec, o) for o in node.get("anyOf", [node])]
+    # a compact schema writes a nullable field as one node: {"type": ["string", "null"]}
+    options = [
+        {**o, "type": t} if isinstance(o.get("type"), list) else o
+        for o in options
+        for t in (o["type"] if isinstance(o.get("type"), list) else [o.get("type")])
+    ]
     types = {o.get("type") for o in options}
     if "string" in types:
         return "string"
