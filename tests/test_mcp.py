@@ -25,9 +25,9 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 
 from app.api.app import create_app
+from app.core import policy
 from app.core.db import make_engine
 from app.core.settings import PROJECT_ROOT
-from app.domain import policy
 from app.domain.schemas import (
     ContextRequest,
     ContextResponse,

@@ -126,7 +126,7 @@ curl() {
 
 @pytest.mark.corpus
 def test_the_readme_runs_as_pasted(served, tmp_path: Path):
-    from app.cli import demo_keys
+    from app.cli.main import demo_keys
 
     blocks = marked_blocks(README.read_text())
     assert len(blocks) >= 3, f"mark the README's runnable blocks with {MARK}"

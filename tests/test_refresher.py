@@ -1,4 +1,5 @@
-"""The automatic refresh of the search word statistics (app/domain/refresher.py, issue 12).
+"""The automatic refresh of the search word statistics (app/service/workers/search_stats.py,
+issue 12).
 
 - an org is due exactly when a refresh would change what its readers weigh with: a write that
   retired an audience, a memory created since its audience's count, an org never counted;
@@ -19,11 +20,12 @@ from sqlalchemy import text
 
 from app.api.app import create_app
 from app.core.settings import get_settings
-from app.domain import memories, refresher
-from app.domain.refresher import Refresher
+from app.domain import memories
 from app.domain.search import SearchSettings, build_query
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
+from app.service.workers import search_stats as refresher
+from app.service.workers.search_stats import Refresher
 from tests.builders import audience_freshness
 from tests.team import Team, call
 

@@ -10,17 +10,17 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import documented
-from app.domain.expand import expand_for_key
-from app.domain.reader import Reader
+from app.core.reader import Reader
 from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
-from app.domain.session import (
+from app.domain.slice import fetch_slice
+from app.service.expand import expand_for_key
+from app.service.session import (
     NOT_READY_UNREACHABLE,
     readiness,
     require_key,
     run_read,
     run_snapshot,
 )
-from app.domain.slice import fetch_slice
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

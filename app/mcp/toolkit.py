@@ -31,9 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core import logs
 from app.core.errors import DomainError, shape_errors, shape_message
+from app.core.reader import Reader
 from app.core.settings import Settings
-from app.domain.reader import Reader
-from app.domain.session import require_key, run_read, run_snapshot
+from app.service.session import require_key, run_read, run_snapshot
 
 EngineProvider = Callable[[], AsyncEngine]
 """Returns the engine at call time (the HTTP app creates its engine in its lifespan)."""

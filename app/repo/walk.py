@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain import policy
+from app.core import policy
 from app.repo.readers import READER_BY_KEY, hash_key
 from app.repo.readrule import readable, readable_by
 
@@ -556,7 +556,7 @@ FROM flags f
 # reads nothing (401); a key without the `read` scope has no seeds (NULL), so nothing is read
 # either (403). The read rule gates the seeds and every step of the walk exactly as in WALK_SQL
 # (the same fragment; the walk reads the reader from its own rows). The hop cap is sized from
-# the resolved seeds as app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured
+# the resolved seeds as app.service.expand.walk_params sizes it (`:walk_hop_cap`: the configured
 # cap, or NULL).
 KEYED_WALK_SQL = text(
     f"""/* sibyl:expand_neighbors.keyed */
@@ -705,7 +705,7 @@ class KeyedWalk:
 async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, object]) -> KeyedWalk:
     """One statement: authenticate ``key``, resolve the seeds ``params["seed_ids"]`` and walk
     from them, with the walk's bound ``params`` minus the reader's (:func:`walk_params` of
-    :mod:`app.domain.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
+    :mod:`app.service.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
     resolved seeds)."""
     rows = (await conn.execute(KEYED_WALK_SQL, {**params, "key_hash": hash_key(key)})).all()
     if not rows:
