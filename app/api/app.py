@@ -57,7 +57,8 @@ def create_app(
             async with AsyncExitStack() as stack:
                 for factory in [mcp_lifespan, *(extra_lifespans or [])]:
                     await stack.enter_async_context(factory(app))
-                # the search word statistics recounted when out of date (app/service/workers/search_stats.py)
+                # the search word statistics recounted when out of date
+                # (app/service/workers/search_stats.py)
                 await stack.enter_async_context(
                     refresher.lifespan(app.state.engine, s.stats_refresh_s)
                 )

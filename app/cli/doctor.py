@@ -1,4 +1,5 @@
-"""``sibyl-pg doctor``: the body of the CLI command (kept apart from the shared ``app/cli/main.py``).
+"""``sibyl-pg doctor``: the body of the CLI command (kept apart from
+the shared ``app/cli/main.py``).
 
 Reads ``DATABASE_URL`` like every subcommand (else the embedded server), prints each check of
 :mod:`app.service.doctor` with what to change and why, and exits with:

@@ -41,7 +41,8 @@ async def serve_stdio(key: str, *, settings: Settings | None = None) -> None:
         await run_read(engine, key, _nothing)
         server = build_mcp(lambda: engine, fixed_key(key), settings=s)
         # the search word statistics recounted when out of date
-        # (app/service/workers/search_stats.py), and communities retired by writes rebuilt (app/service/workers/communities.py)
+        # (app/service/workers/search_stats.py), and communities retired by writes rebuilt
+        # (app/service/workers/communities.py)
         async with (
             refresher.lifespan(engine, s.stats_refresh_s),
             community_refresher.lifespan(

@@ -35,7 +35,6 @@ from collections.abc import Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.repo import term_stats
-from app.repo import workers as workers_repo
 from app.service.workers.tick import (
     MAX_BACKOFF,
     OwnEngine,
@@ -56,7 +55,6 @@ on that org until its next turn (``sibyl-pg stats refresh`` waits two minutes)."
 
 TICK_LOCK = "term_stats.refresher"
 """The refresher's tick lock (:func:`app.repo.workers.tick_lock`)."""
-TICK_LOCK_SQL = workers_repo.tick_lock(TICK_LOCK)
 
 
 class Refresher(OwnEngine):
