@@ -23,7 +23,16 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.walk import ENTER, PASSAGE_REL, SCORE, WEIGHT, allowed
+from app.repo.hops import SCORE, hop_arm
+
+_INCOMING = "CAST(:include_incoming AS boolean)"
+_OWN_SPANS = "CAST(:rel_filter AS text[]) IS NOT NULL  -- own spans only when named"
+
+
+def _arm(link: str, *where: str) -> str:
+    """One hop arm from the path's last node ``w.id``, as the service's statements write it."""
+    return hop_arm(link, org=":r_org", node="w.id", where=where, indent="            ")
+
 
 BASELINE_SQL = text(
     f"""/* sibyl:bench.baseline_walk */
@@ -35,63 +44,19 @@ WITH RECURSIVE walk(id, distance, relationship, dir_rank, weight, pred, path) AS
     SELECT h.id, w.distance + 1, h.relationship, h.dir_rank, h.weight, w.id, w.path || h.id
     FROM walk w
     CROSS JOIN LATERAL (
-            SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
-                   {WEIGHT.format(rel="e.relationship")} AS weight
-            FROM edges e
-            JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
-            WHERE e.org_id = :r_org AND e.src_id = w.id
-              AND {allowed("e.relationship", "out_denied")}
-              AND {ENTER}
+            {_arm("edges_out")}
         UNION ALL
-            SELECT e.src_id, e.relationship, 1, {WEIGHT.format(rel="e.relationship")}
-            FROM edges e
-            JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
-            WHERE CAST(:include_incoming AS boolean)
-              AND e.org_id = :r_org AND e.dst_id = w.id
-              AND {allowed("e.relationship", "in_denied")}
-              AND {ENTER}
+            {_arm("edges_in", _INCOMING)}
         UNION ALL
-            SELECT m.dst_id, 'MENTIONS', 0, {WEIGHT.format(rel="'MENTIONS'")}
-            FROM mentions m
-            JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-            WHERE m.org_id = :r_org AND m.src_id = w.id
-              AND {allowed("'MENTIONS'", "out_denied")}
-              AND {ENTER}
+            {_arm("mentions_out")}
         UNION ALL
-            SELECT m.src_id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}
-            FROM mentions m
-            JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
-            WHERE CAST(:include_incoming AS boolean)
-              AND m.org_id = :r_org AND m.dst_id = w.id
-              AND {allowed("'MENTIONS'", "in_denied")}
-              AND {ENTER}
+            {_arm("mentions_in", _INCOMING)}
         UNION ALL
-            SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                   {WEIGHT.format(rel="'SHARES_COMMUNITY'")}
-            FROM community_members c1
-            JOIN community_members c2
-              ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-            JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
-            WHERE w.distance = 0
-              AND c1.org_id = :r_org AND c1.entity_id = w.id AND c2.entity_id <> w.id
-              AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
-              AND {ENTER}
+            {_arm("community", "w.distance = 0", "c2.entity_id <> w.id")}
         UNION ALL
-            SELECT t.id, {PASSAGE_REL}, 0, {WEIGHT.format(rel=PASSAGE_REL)}
-            FROM passages p
-            JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-            WHERE p.org_id = :r_org AND p.id = w.id
-              AND {allowed(PASSAGE_REL, "out_denied")}
-              AND {ENTER}
+            {_arm("parent")}
         UNION ALL
-            SELECT p.id, {PASSAGE_REL}, 1, {WEIGHT.format(rel=PASSAGE_REL)}
-            FROM passages p
-            JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-            WHERE CAST(:include_incoming AS boolean)
-              AND CAST(:rel_filter AS text[]) IS NOT NULL  -- own spans only when named
-              AND p.org_id = :r_org AND p.parent_id = w.id
-              AND {allowed(PASSAGE_REL, "in_denied")}
-              AND {ENTER}
+            {_arm("passages", _INCOMING, _OWN_SPANS)}
     ) h
     WHERE w.distance < :depth
       AND h.id <> ALL (w.path)
