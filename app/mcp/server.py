@@ -58,7 +58,7 @@ from app.mcp.toolkit import (
     read_tool,
 )
 from app.mcp.write_tools import write_tools
-from app.service.expand import expand_for_key
+from app.service.expand import expand_keyed
 
 __all__ = [
     "ROUND_BUDGET",
@@ -156,8 +156,8 @@ def build_mcp(
         ] = None,
         project: Annotated[StrictStr | None, about(ExpandRequest, "project")] = None,
     ) -> Annotated[CallToolResult, ExpandResponse]:
-        """Adapter of :func:`app.service.expand.expand_for_key` (``POST /api/search/expand``): the
-        same one statement as REST."""
+        """Adapter of :func:`app.service.expand.expand_keyed`, as ``POST /api/search/expand``:
+        the same one statement as REST."""
         request = ExpandRequest(
             entity_ids=entity_ids,
             relationship_types=relationship_types,
@@ -169,10 +169,9 @@ def build_mcp(
             project=project,
         )
 
-        async def verb(conn: AsyncConnection, key: str) -> bytes:
-            return await expand_for_key(conn, key, request, settings=surface.settings)
-
-        return await surface.keyed(ctx, verb)
+        return await surface.keyed(
+            ctx, lambda key: expand_keyed(surface.engine(), key, request, settings=surface.settings)
+        )
 
     async def fetch_slice(
         ctx: Context,

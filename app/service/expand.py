@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core import policy
 from app.core.errors import BadRequest
@@ -23,7 +23,13 @@ from app.domain.preview import preview_prefix
 from app.domain.schemas import ExpandRequest, ExpandResponse
 from app.domain.validation import normalize_names, normalize_project, normalize_seeds
 from app.repo import walk as walk_repo
-from app.service.session import authenticate, check_reader, check_scopes
+from app.service.session import (
+    authenticate,
+    check_reader,
+    check_scopes,
+    require_key,
+    run_snapshot,
+)
 
 
 @functools.lru_cache(maxsize=256)
@@ -178,6 +184,25 @@ async def expand_for_key(
     done = await walk_repo.keyed_walk(conn, key=key, params=params)
     check_scopes(done.scopes, key, scope="read")
     return answer_json(asked, done.seeds, done.rows, done.capped)
+
+
+async def expand_keyed(
+    engine: AsyncEngine,
+    key: str | None,
+    request: ExpandRequest,
+    *,
+    settings: Settings | None = None,
+) -> bytes:
+    """The unit of work of ``expand_neighbors`` on every surface (``POST /api/search/expand``
+    and the MCP tool): no key is refused before a connection is taken, then
+    :func:`expand_for_key` runs as one statement on its own snapshot
+    (:func:`app.service.session.run_snapshot` ``single``), so REST and MCP send the same
+    statement."""
+    require_key(key)
+    assert key is not None
+    return await run_snapshot(
+        engine, lambda conn: expand_for_key(conn, key, request, settings=settings), single=True
+    )
 
 
 def _asked_params(
