@@ -19,6 +19,7 @@ from bench.defaults import (
 bench_cli = typer.Typer(
     help="The benchmark: a synthetic org at scale, measured against a naive walk.",
     no_args_is_help=True,
+    add_completion=False,
 )
 
 Entities = Annotated[int, typer.Option("--entities", min=200, help="Memories to generate")]

@@ -253,6 +253,7 @@ async def _semantic_ready(engine: AsyncEngine, settings: SearchSettings, say: An
     from app.core import embedder as models
     from app.repo.search.semantic import tables_present
     from app.service.workers.embeddings import embed_due
+    from evaluation.embed_cache import CachedEmbedder
 
     reason = models.available(settings.embedder)
     if reason is not None:
@@ -262,7 +263,7 @@ async def _semantic_ready(engine: AsyncEngine, settings: SearchSettings, say: An
             return "the database server has no pgvector"
     cache = PROJECT_ROOT / ".data" / "eval-embeddings.sqlite"
     cache.parent.mkdir(parents=True, exist_ok=True)
-    model = models.CachedEmbedder(models.embedder(settings.embedder), cache)
+    model = CachedEmbedder(models.embedder(settings.embedder), cache)
     say(f"embedding both corpora with {model.name} (cached in {cache})")
 
     def progress(done: int, due: int) -> None:

@@ -61,8 +61,7 @@ def _dev_tool(package: str) -> ModuleType:
     add_help_option=False,
 )
 def bench(ctx: typer.Context) -> None:
-    """The benchmark (docs/benchmark.md): `bench generate`, `bench run`, `bench import`, ...;
-    `sibyl-pg bench --help` lists them."""
+    """The benchmark (docs/benchmark.md); `sibyl-pg bench --help` lists its commands."""
     _dev_tool("bench")
     from bench.cli import bench_cli
 
