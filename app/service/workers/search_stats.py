@@ -35,18 +35,10 @@ from collections.abc import Callable, Sequence
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.repo import term_stats
-from app.service.workers.tick import (
-    MAX_BACKOFF,
-    OwnEngine,
-    background,
-    exc_line,
-    run_every,
-    session_lock,
-)
-
-__all__ = ["MAX_BACKOFF", "OwnEngine", "Refresher", "background", "exc_line", "lifespan"]
+from app.service.workers.tick import OwnEngine, background, run_every, session_lock
 
 log = logging.getLogger("sibyl_pg.refresher")
+
 GAP_FACTOR = 10.0
 """An org is recounted at most once per this many times its last recount's duration."""
 ARM_WAIT_S = 5.0
