@@ -51,11 +51,11 @@ test-thorough: install ## make test with every random case (walk oracle 200 grap
 	SIBYL_TEST_THOROUGH=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 lint: install ## ruff (lint + format check)
-	$(BIN)/ruff check app tests migrations eval
-	$(BIN)/ruff format --check app tests migrations eval
+	$(BIN)/ruff check app bench evaluation tests migrations
+	$(BIN)/ruff format --check app bench evaluation tests migrations
 
 typecheck: install ## mypy
-	$(BIN)/mypy app tests
+	$(BIN)/mypy app bench evaluation tests
 
 check: lint typecheck ## lint + typecheck
 
@@ -76,13 +76,13 @@ bench: $(BENCH_STAMP) ## The benchmark (docs/benchmark.md) on the synthetic and 
 	$(BIN)/sibyl-pg bench run $(BENCH_ARGS)
 	$(BIN)/sibyl-pg bench run --graph debian --out bench-results/debian $(BENCH_ARGS)
 	$(BIN)/sibyl-pg bench import $(if $(findstring --quick,$(BENCH_ARGS)),--quick,)
-	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
+	$(BIN)/python -m bench.load --seconds 60 --clients 32
 
 bench-load: install ## 32 clients mixing reads and writes for 60 s against `serve` (docs/security.md)
-	$(BIN)/python -m app.bench.load --seconds 60 --clients 32
+	$(BIN)/python -m bench.load --seconds 60 --clients 32
 
 bench-ui: install browser ## The explorer's first view and a 200-node graph in headless chromium, against `make run` (docs/ui.md)
-	$(BIN)/python -m app.bench.ui --url http://$(HOST):$(PORT)
+	$(BIN)/python -m bench.ui --url http://$(HOST):$(PORT)
 
 ui: ## Rebuild the explorer's page (app/ui/static, committed) from ui/ with npm (docs/ui.md)
 	cd ui && npm ci && npm run build

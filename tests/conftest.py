@@ -163,7 +163,7 @@ def pep_records() -> list[dict[str, Any]]:
 async def pep_corpus(engine: AsyncEngine, pep_records: list[dict[str, Any]]) -> dict[str, str]:
     """The real PEP corpus imported once (org ``org_python``); returns a read key per demo
     reader, by user id. Skips when the corpus folder is absent."""
-    from app.cli import DEMO_READERS
+    from app.cli.main import DEMO_READERS
     from tests.builders import import_dicts, make_key
 
     await import_dicts(engine, pep_records)

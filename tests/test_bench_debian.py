@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.bench.debian_import import records
+from bench.debian_import import records
 
 INDEX = """Package: app
 Version: 1.0-1

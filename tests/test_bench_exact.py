@@ -1,6 +1,6 @@
-"""The benchmark's exactness check (app/bench/exact.py) answers as the reference oracle does.
+"""The benchmark's exactness check (bench/exact.py) answers as the reference oracle does.
 
-`make bench` compares every uncapped walk with :class:`app.bench.exact.ExactWalker`; that check
+`make bench` compares every uncapped walk with :class:`bench.exact.ExactWalker`; that check
 is worth something only if the walker is the reference semantics of §5. On random small graphs
 (tests/oracle.py: scopes, grants, restricted keys, passages, communities, cycles, hubs) and the
 benchmark's requests (no relationship, type or project filter; every depth; incoming on and
@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
-from app.bench.exact import ExactWalker, same_answer
 from app.repo.readers import reader_by_user
+from bench.exact import ExactWalker, same_answer
 from tests import oracle
 from tests.builders import load_graph
 

@@ -21,16 +21,16 @@ import asyncpg
 import pytest
 from sqlalchemy import text
 
-from app.bench.baseline import run_baseline
-from app.bench.generate import GraphSpec, generate, load
 from app.core.db import make_engine, with_database
 from app.core.migrations import upgrade
 from app.core.settings import Settings
-from app.domain.expand import walk_params
 from app.domain.passages import passage_id
 from app.domain.spans import cut_evidence, cut_prose
 from app.repo import walk as walk_repo
 from app.repo.readers import reader_by_user
+from app.service.expand import walk_params
+from bench.baseline import run_baseline
+from bench.generate import GraphSpec, generate, load
 
 ENTITIES = 1_000
 EDGES = 8_000

@@ -43,7 +43,7 @@ def cli_run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str])
     run in this process through the console script's entry point."""
     import uvicorn
 
-    from app.cli import main
+    from app.cli.main import main
 
     def no_server(*args: object, **kwargs: object) -> None:
         raise AssertionError("the command started serving")

@@ -15,14 +15,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from typer.testing import CliRunner
 
-from app.cli import cli
+from app.cli.main import cli
 from app.core.db import make_engine, write_tx
 from app.core.settings import Settings
 from app.domain import communities
-from app.domain.expand import expand_neighbors
 from app.domain.schemas import ExpandRequest, ExpandResponse
 from app.repo.communities import MemoryRow
 from app.repo.readers import reader_by_key, reader_by_user
+from app.service.expand import expand_neighbors
 from tests import oracle
 from tests.builders import load_graph
 

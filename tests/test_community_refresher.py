@@ -1,7 +1,7 @@
 """Communities retired by writes come back on their own (a new-user trial, 2026-12-01: one small
 write removed the ``SHARES_COMMUNITY`` neighbours of every reader of the org until an operator
 ran ``sibyl-pg communities rebuild``). A retiring write records its org in its transaction; a
-serving process's :class:`~app.domain.community_refresher.CommunityRefresher` rebuilds the
+serving process's :class:`~app.service.workers.communities.CommunityRefresher` rebuilds the
 recorded orgs; a rebuild never stores communities a concurrent write made stale."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import write_tx
 from app.domain import communities
-from app.domain.community_refresher import CommunityRefresher
+from app.service.workers.communities import CommunityRefresher
 from tests.team import LOCK_WAITERS, Team, bob_note, call, scalar
 
 RECORDS = "SELECT count(*) FROM community_retirements WHERE org_id = :o"
@@ -165,7 +165,7 @@ async def test_an_org_whose_writes_never_leave_a_gap_gets_a_rebuild_that_holds_t
     (other processes tried), the next rebuild of a quick org holds the writes that would retire
     communities back: a write during it waits, the rebuild stores its communities, then the
     write retires what it touches among them (and records the org again)."""
-    from app.domain import community_refresher
+    from app.service.workers import communities as community_refresher
 
     t, _, bob = await _world(engine)
     edge = {"src": "ca", "relationship": "RELATED_TO", "dst": "cb"}
@@ -238,8 +238,8 @@ async def test_a_rebuild_is_analyzed_on_the_connection_that_wrote_it(engine, cli
     # PostgreSQL reports a session's row counts at most once a second: analyzed on another
     # connection, the rebuild's rows showed as changed since ANALYZE once its counts came in,
     # and the doctor warned after every automatic rebuild (a new-user trial)
-    from app.domain import community_refresher
     from app.repo import communities as repo
+    from app.service.workers import communities as community_refresher
 
     t, _, bob = await _world(engine)
     body = {"id": "cn", "type": "note", "name": "cn", "project": "p1", "content": "[[ca]] [[cb]]"}

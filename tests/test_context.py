@@ -9,8 +9,8 @@ import secrets
 import pytest
 from mcp import Client
 
+from app.core import policy
 from app.core.settings import Settings
-from app.domain import policy
 from app.domain.context import context_pack
 from app.domain.schemas import ContextRequest
 from app.mcp.server import build_mcp, fixed_key

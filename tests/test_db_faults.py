@@ -236,7 +236,7 @@ async def test_database_stopped_mid_run_is_503_then_the_service_recovers(
 async def test_frozen_database_is_503_not_a_hang(served: Served) -> None:
     # No server-side timeout fires on a frozen server: the client's bounds end the wait (the
     # command timeout of the pooled connection's first statement; when that marks the connection
-    # dead, one more attempt whose connecting is bounded too: app.domain.session), see
+    # dead, one more attempt whose connecting is bounded too: app.service.session), see
     # app.core.db.make_engine; the HTTP client's own timeout (60 s) is what would catch a hang.
     async with http(served) as client:
         await serves_again(client, served)

@@ -22,11 +22,11 @@ import asyncpg
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import cli
+from app.cli.main import cli
 from app.core.db import make_engine, with_database
 from app.core.migrations import head_revision, upgrade
 from app.core.settings import get_settings
-from app.domain.doctor import WALK_TABLES, doctor_for_operator, expected_indexes
+from app.service.doctor import WALK_TABLES, doctor_for_operator, expected_indexes
 from tests.builders import import_dicts, make_key, throwaway_database
 from tests.world import World
 
@@ -298,7 +298,7 @@ def test_a_table_left_without_rows_is_not_a_visibility_warning():
     scan fetches at most those pages; a table of 8 pages or more that is not all-visible warns."""
     from types import SimpleNamespace
 
-    from app.domain.doctor import check_visibility
+    from app.service.doctor import check_visibility
 
     emptied = SimpleNamespace(
         tables=[
@@ -320,8 +320,8 @@ async def test_search_statistics_say_when_an_org_is_due(engine, client):
     """The operator sees which orgs are due a recount (never counted, or a write made their
     counts stale) and the stale audiences; an org admin sees only whether their own org is due,
     exactly as if the other orgs did not exist (no counts, no other org's id)."""
-    from app.domain.doctor import gather, judge
     from app.repo import term_stats
+    from app.service.doctor import gather, judge
     from tests.team import Team, call
 
     due, fresh = await Team().load(engine), await Team().load(engine)
@@ -369,7 +369,7 @@ def test_a_rebuild_leaves_its_tables_analyzed_not_stale(database_url, monkeypatc
     new-user trial). The writer's counts are flushed before the vacuum: nothing is left changed
     since ANALYZE, and the live-row estimate is the real count (it was doubled). Own database:
     no other test's counts in flight."""
-    from app.cli import _rebuild_communities
+    from app.cli.main import _rebuild_communities
     from tests.team import Team
 
     with throwaway_database(database_url, "sibyl_flush") as url:

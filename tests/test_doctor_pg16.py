@@ -16,10 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from app.api.app import create_app
-from app.cli import cli
+from app.cli.main import cli
 from app.core.db import make_engine
 from app.core.migrations import upgrade
-from app.domain.doctor import doctor_for_operator
+from app.service.doctor import doctor_for_operator
 from tests.builders import import_dicts, make_key
 from tests.pgtemp import ThrowawayPostgres
 from tests.world import World

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from app.core.settings import PROJECT_ROOT
-from app.evaluation.harness import (
+from app.repo.readers import reader_by_user
+from evaluation.harness import (
     LoopPlan,
     QuestionResult,
     answer_rank,
@@ -18,15 +19,14 @@ from app.evaluation.harness import (
     recall_at,
     summarize,
 )
-from app.evaluation.questions import (
+from evaluation.questions import (
     Question,
     check_phrases,
     contains_phrase,
     keywords,
     load_questions,
 )
-from app.evaluation.runner import QUESTION_SETS
-from app.repo.readers import reader_by_user
+from evaluation.runner import QUESTION_SETS
 from tests.builders import import_dicts
 
 # --- pure parts ----------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.core.settings import Settings
-from app.domain.expand import expand_neighbors
 from app.domain.schemas import ExpandRequest
 from app.repo.readers import reader_by_key
+from app.service.expand import expand_neighbors
 from tests.world import World
 
 

@@ -21,11 +21,11 @@ from sqlalchemy import event
 from typer.testing import CliRunner
 
 from app.api.app import create_app
-from app.cli import cli
+from app.cli.main import cli
 from app.core.db import statement_engine
 from app.core.settings import get_settings
-from app.domain.explain import SEARCH_LEXICAL_SHAPES, STATEMENT_SHAPES, explain_for_user
 from app.domain.permissions import LACKS_READ
+from app.service.explain import SEARCH_LEXICAL_SHAPES, STATEMENT_SHAPES, explain_for_user
 from tests.builders import import_dicts, make_key
 from tests.world import World
 
@@ -158,9 +158,9 @@ async def test_rest_explain_shows_nothing_another_org_writes_can_move(engine, cl
     after. The pair: the measured plan of the same request does count the other org's rows
     (table scans are forced here, so that this small database reads them the way a full-text
     index does on a big one)."""
-    from app.domain.explain import explain, verbs
     from app.repo.explain import rolled_back_read
     from app.repo.readers import reader_by_key
+    from app.service.explain import explain, verbs
 
     word = "plughword" + secrets.token_hex(3)
     body = {"query": word}

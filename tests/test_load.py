@@ -2,8 +2,8 @@
 ``sibyl-pg serve``.
 
 The service runs as a subprocess on a free loopback port, bound to the test database; the load
-(:mod:`app.bench.load`) runs in an org of its own. It counts work, never time: each client sends
-exactly ``SIBYL_LOAD_STEPS`` requests (default :data:`app.bench.load.SHORT_STEPS`), then every
+(:mod:`bench.load`) runs in an org of its own. It counts work, never time: each client sends
+exactly ``SIBYL_LOAD_STEPS`` requests (default :data:`bench.load.SHORT_STEPS`), then every
 acknowledged write is read back. Asserted: every request was sent and answered, zero errors, zero
 lost writes. Latencies are printed, never asserted (a busy machine is slower, not wrong). The
 long form is ``make bench-load`` (60 s, its own database).
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from app.bench.load import CLIENTS, SHORT_STEPS, run_load, seed, served
+from bench.load import CLIENTS, SHORT_STEPS, run_load, seed, served
 
 
 async def test_32_clients_mixing_reads_and_writes_no_error_no_lost_write(

@@ -25,8 +25,8 @@ from mcp.shared.exceptions import MCPError
 from sqlalchemy import text
 
 from app.api.app import create_app
+from app.core import policy
 from app.core.db import make_engine
-from app.domain import policy
 from app.domain.schemas import (
     ContextRequest,
     ContextResponse,

@@ -30,10 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.app import create_app
 from app.core.db import make_engine, statement_engine
 from app.core.settings import Settings, get_settings
-from app.domain.explain import explain, explain_for_user, verbs
 from app.domain.schemas import ExpandRequest
 from app.repo import explain as explain_repo
 from app.repo.readers import reader_by_user
+from app.service.explain import explain, explain_for_user, verbs
 from tests.builders import make_key
 from tests.plan_graph import PlanGraph, generate
 
@@ -203,7 +203,7 @@ async def test_the_keyed_walk_never_scans_a_table(plan_engine, graph, body, caps
     # REST expand's one statement (key -> reader -> readable seeds -> walk) runs on the generic
     # plans of app.core.db.statement_engine: index probes by key hash, by seed id and by node,
     # whatever the org's size; its plan is the walk's plan with the reader's values computed
-    from app.domain.expand import expand_for_key
+    from app.service.expand import expand_for_key
 
     key = await make_key(plan_engine, graph.member)
     request = ExpandRequest(**_ids(graph, body), include_incoming=True)

@@ -7,7 +7,7 @@ import time
 
 from rich.console import Console
 
-from app import cli_progress
+from app.cli import progress as cli_progress
 
 
 def test_a_phase_that_advances_nothing_still_prints_a_line(monkeypatch):

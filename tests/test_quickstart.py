@@ -46,7 +46,7 @@ def test_a_community_rebuild_vacuums_and_analyzes_what_it_rewrote(database_url, 
 
     import asyncpg
 
-    from app.cli import _rebuild_communities
+    from app.cli.main import _rebuild_communities
     from app.core.settings import get_settings
 
     monkeypatch.setenv("DATABASE_URL", database_url)
@@ -79,7 +79,7 @@ def test_a_deleted_demo_user_gets_no_key_and_the_set_up_goes_on(
     other keys are minted (or kept), the missing one is a comment line, and a warning says why."""
     import asyncio
 
-    from app.cli import DEMO_READERS, DEMO_WRITER, demo_keys
+    from app.cli.main import DEMO_READERS, DEMO_WRITER, demo_keys
     from app.core.settings import get_settings
     from tests.builders import import_dicts, throwaway_database
 

@@ -138,7 +138,7 @@ curl() {
 
 @pytest.mark.corpus
 def test_the_readme_runs_as_pasted(served, tmp_path: Path):
-    from app.cli import demo_keys
+    from app.cli.main import demo_keys
 
     readme = [call for block in marked_blocks(README.read_text()) for call in curl_calls(block)]
     for verb, route in VERBS.items():

@@ -1,4 +1,5 @@
-"""The automatic refresh of the search word statistics (app/domain/refresher.py, issue 12).
+"""The automatic refresh of the search word statistics (app/service/workers/search_stats.py,
+issue 12).
 
 - an org is due exactly when a refresh would change what its readers weigh with: a write that
   retired an audience, a memory created since its audience's count, an org never counted;
@@ -19,11 +20,13 @@ from sqlalchemy import text
 
 from app.api.app import create_app
 from app.core.settings import get_settings
-from app.domain import memories, refresher
-from app.domain.refresher import Refresher
+from app.domain import memories
 from app.domain.search import SearchSettings, build_query
 from app.repo import term_stats
+from app.repo import workers as workers_repo
 from app.repo.readers import reader_by_key
+from app.service.workers import search_stats as refresher
+from app.service.workers.search_stats import Refresher
 from tests.builders import audience_freshness
 from tests.team import Team, call
 
@@ -111,9 +114,9 @@ async def test_a_process_skips_its_tick_while_another_holds_the_lock(engine, cli
     assert r.status_code == 200, r.text
     ticker = Refresher(engine, interval_s=60, orgs=[t.org])
     async with engine.connect() as other:
-        assert (await other.execute(refresher.TICK_LOCK_SQL)).scalar()
+        assert (await other.execute(workers_repo.tick_lock(refresher.TICK_LOCK))).scalar()
         assert await ticker.tick() == {}  # the other process is refreshing
-        await other.execute(refresher.TICK_UNLOCK_SQL)
+        await other.execute(workers_repo.tick_unlock(refresher.TICK_LOCK))
         await other.commit()
     assert set(await ticker.tick()) == {t.org}
     assert not await _due(engine, t.org)
@@ -291,8 +294,8 @@ async def test_an_org_named_like_the_refresher_shares_no_lock_with_it(engine):
     async with engine.connect() as writer:
         await writer.execute(term_stats.RETIRE_LOCK_SQL, {"org_id": "refresher"})
         async with engine.connect() as other:
-            assert (await other.execute(refresher.TICK_LOCK_SQL)).scalar()
-            await other.execute(refresher.TICK_UNLOCK_SQL)
+            assert (await other.execute(workers_repo.tick_lock(refresher.TICK_LOCK))).scalar()
+            await other.execute(workers_repo.tick_unlock(refresher.TICK_LOCK))
             await other.commit()
         await writer.rollback()
 

@@ -12,10 +12,10 @@ import pytest
 from mcp import Client
 from sqlalchemy import text
 
+from app.core import policy
 from app.core.db import make_engine, with_database
 from app.core.migrations import upgrade
 from app.core.settings import Settings
-from app.domain import policy
 from app.domain.schemas import SearchRequest
 from app.domain.search import SearchSettings, build_query, search
 from app.domain.search.focus import best_spans, cover_order

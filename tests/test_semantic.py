@@ -27,11 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.core import embedder as models
 from app.core.db import make_engine, read_tx
 from app.core.migrations import upgrade
-from app.domain.embeddings import embed_due
 from app.domain.schemas import SearchRequest, SearchResponse
 from app.domain.search import SearchSettings, search
 from app.domain.search import semantic as semantic_lane
 from app.repo.readers import reader_by_key
+from app.service.workers.embeddings import embed_due
 from tests.builders import import_dicts, make_key, memory_record, org_records
 from tests.pgtemp import ThrowawayPostgres
 

@@ -10,7 +10,8 @@ import asyncpg
 import pytest
 
 from app.core.settings import get_settings
-from app.domain import doctor, entities
+from app.domain import entities
+from app.service import doctor
 from tests.team import Team, call
 
 LOCK_ROW = "SELECT 1 FROM entities WHERE org_id = $1 AND id = 'n1' FOR UPDATE"

@@ -120,7 +120,7 @@ async def test_a_dead_pooled_connection_is_replaced_without_a_ping(database_url:
 
     own = make_engine(database_url, statement_timeout_ms=2000)
     pids: set[int] = set()  # the backends of this engine's connections only (never the shared
-    # session engine's, which other tests use without the revival of app.domain.session)
+    # session engine's, which other tests use without the revival of app.service.session)
 
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         pids.add(dbapi_connection.driver_connection.get_server_pid())
@@ -175,10 +175,10 @@ async def test_a_dead_pooled_connection_is_replaced_without_a_ping(database_url:
 
 
 async def test_the_bench_load_client_reads_sized_and_chunked_answers_over_one_connection() -> None:
-    # the benchmark's lean HTTP/1.1 client (app.bench.run.KeepAliveClient): what it parses
+    # the benchmark's lean HTTP/1.1 client (bench.run.KeepAliveClient): what it parses
     import asyncio
 
-    from app.bench.run import KeepAliveClient
+    from bench.run import KeepAliveClient
 
     answers = [
         b'HTTP/1.1 200 OK\r\ncontent-length: 7\r\ncontent-type: application/json\r\n\r\n{"a":1}',

@@ -2,7 +2,7 @@
 
 Every statement the service sends while serving many different requests over REST is recorded
 (an engine listener). Per verb, the distinct texts stay within the documented bound
-(``app.domain.explain.STATEMENT_SHAPES``: 2 each), each starts with the constant comment naming
+(``app.service.explain.STATEMENT_SHAPES``: 2 each), each starts with the constant comment naming
 its verb (REST expand sends one statement that authenticates the key too:
 ``sibyl:expand_neighbors.keyed``), and no value of any request (ids, names, types,
 relationship names, projects, query words, numbers) appears in any text: everything is bound,
@@ -19,7 +19,7 @@ from collections import defaultdict
 from sqlalchemy import event
 
 from app.core.db import statement_engine
-from app.domain.explain import STATEMENT_SHAPES
+from app.service.explain import STATEMENT_SHAPES
 from tests.builders import import_dicts, make_key
 
 PREFIX = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from mcp import Client
 
-from app.domain import policy
+from app.core import policy
 from app.mcp.server import build_mcp, fixed_key
 
 pytestmark = pytest.mark.corpus

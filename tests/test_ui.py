@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from app.bench.ui import CHROMIUM, CHROMIUM_FLAGS
 from app.core.settings import PROJECT_ROOT
+from bench.ui import CHROMIUM, CHROMIUM_FLAGS
 
 pytestmark = pytest.mark.corpus
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.settings import Settings
-from app.domain.expand import expand_neighbors, walk_params
-from app.domain.explain import explain_for_user
 from app.domain.schemas import ExpandRequest, ExpandResponse
 from app.repo.readers import reader_by_key
+from app.service.expand import expand_neighbors, walk_params
+from app.service.explain import explain_for_user
 from tests.world import World
 
 TINY = Settings(walk_hop_cap=3, walk_level_cap=4)
@@ -226,7 +226,7 @@ async def _levels(engine, user: str, body: dict[str, Any], settings: Settings | 
 
 
 def test_caps_are_sized_from_the_request_not_the_graph():
-    from app.domain.reader import Reader
+    from app.core.reader import Reader
 
     reader = Reader(
         org_id="o",

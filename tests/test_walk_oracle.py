@@ -21,9 +21,9 @@ import random
 import pytest
 
 from app.core.settings import Settings
-from app.domain.expand import expand_neighbors
 from app.domain.schemas import ExpandRequest
 from app.repo.readers import reader_by_user
+from app.service.expand import expand_neighbors
 from tests import oracle
 from tests.builders import load_graph
 from tests.thorough import cases

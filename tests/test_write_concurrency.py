@@ -29,7 +29,7 @@ from sqlalchemy import text
 from app.core.db import make_engine
 from app.core.errors import DomainError
 from app.domain.entities import create_edge
-from app.domain.session import run_write
+from app.service.session import run_write
 from app.domain.write_schemas import EdgeIn
 
 async def main():

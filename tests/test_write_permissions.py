@@ -539,7 +539,7 @@ async def test_admin_routes(engine, client):
 def test_cli_keys_list_and_admin_commands(database_url):
     from typer.testing import CliRunner
 
-    from app.cli import cli
+    from app.cli.main import cli
 
     org = "org_cli_" + secrets.token_hex(4)
     run = CliRunner().invoke

@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.errors import documented
-from app.domain.doctor import DoctorReport, doctor_for_key
-from app.domain.explain import ExplainReport, explain_for_key
-from app.domain.session import admin_for_key
+from app.service.doctor import DoctorReport, doctor_for_key
+from app.service.explain import ExplainReport, explain_for_key
+from app.service.session import admin_for_key
 
 _bearer = HTTPBearer(auto_error=False, description="An API key with the `admin` scope")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

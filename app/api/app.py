@@ -27,10 +27,12 @@ from app.core import logs
 from app.core.db import make_engine
 from app.core.errors import DomainError, Unauthorized, Unavailable
 from app.core.settings import Settings, get_settings
-from app.domain import community_refresher, embeddings, refresher
 from app.domain.directory import HIDDEN
-from app.domain.session import admin_for_key, map_fault, require_key
 from app.mcp.http import mount_mcp
+from app.service.session import admin_for_key, map_fault, require_key
+from app.service.workers import communities as community_refresher
+from app.service.workers import embeddings
+from app.service.workers import search_stats as refresher
 from app.ui import mount_ui
 
 
@@ -56,11 +58,12 @@ def create_app(
             async with AsyncExitStack() as stack:
                 for factory in [mcp_lifespan, *(extra_lifespans or [])]:
                     await stack.enter_async_context(factory(app))
-                # the search word statistics recounted when out of date (app/domain/refresher.py)
+                # the search word statistics recounted when out of date
+                # (app/service/workers/search_stats.py)
                 await stack.enter_async_context(
                     refresher.lifespan(app.state.engine, s.stats_refresh_s)
                 )
-                # vectors of the semantic lane, when it is on (app/domain/embeddings.py)
+                # vectors of the semantic lane, when it is on (app/service/workers/embeddings.py)
                 await stack.enter_async_context(
                     embeddings.lifespan(
                         app.state.engine,
@@ -68,7 +71,7 @@ def create_app(
                         s.embedder,
                     )
                 )
-                # communities retired by writes rebuilt (app/domain/community_refresher.py)
+                # communities retired by writes rebuilt (app/service/workers/communities.py)
                 await stack.enter_async_context(
                     community_refresher.lifespan(
                         app.state.engine, s.communities_refresh_s, s.communities_auto_max_links

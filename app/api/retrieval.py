@@ -2,7 +2,7 @@
 same-verbs-both-surfaces).
 
 Thin translations of HTTP to :func:`app.domain.search.search` and
-:func:`app.domain.context.context_pack`, run through :func:`app.domain.session.run_read` like
+:func:`app.domain.context.context_pack`, run through :func:`app.service.session.run_read` like
 every read verb (one authenticated, read-only snapshot). ``POST /api/search`` is its own path:
 the traversal verbs live under it (``/api/search/expand``, ``/api/search/slice``) and do not
 collide with it.
@@ -15,11 +15,11 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.routes import ERRORS, Credentials
+from app.core.reader import Reader
 from app.domain.context import context_pack
-from app.domain.reader import Reader
 from app.domain.schemas import ContextRequest, ContextResponse, SearchRequest, SearchResponse
 from app.domain.search import search as search_verb
-from app.domain.session import run_read
+from app.service.session import run_read
 
 _ERRORS = {code: spec for code, spec in ERRORS.items() if code != 404}
 

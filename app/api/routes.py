@@ -11,17 +11,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import documented
-from app.domain.expand import expand_for_key
-from app.domain.reader import Reader
+from app.core.reader import Reader
 from app.domain.schemas import ExpandRequest, ExpandResponse, SliceRequest, SliceResponse
-from app.domain.session import (
+from app.domain.slice import fetch_slice
+from app.service.expand import expand_keyed
+from app.service.session import (
     NOT_READY_UNREACHABLE,
     readiness,
-    require_key,
     run_read,
-    run_snapshot,
 )
-from app.domain.slice import fetch_slice
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `Authorization: Bearer <key>`")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -79,18 +77,12 @@ async def expand(body: ExpandRequest, request: Request, credentials: Credentials
     empty list is a 400; a field of the wrong JSON type a 422.
     """
 
-    key = _key(credentials)
-    require_key(key)  # no key: refused before a connection is taken
-
-    async def verb(conn: AsyncConnection) -> bytes:
-        # one statement: the key, the seeds and the walk (one round trip, no transaction)
-        return await expand_for_key(conn, key, body, settings=request.app.state.settings)
-
-    # the response's JSON, encoded once by the domain (FastAPI's response_model path would
+    # the response's JSON, encoded once by the service (FastAPI's response_model path would
     # build, validate and serialize the model again)
-    return Response(
-        await run_snapshot(_engine(request), verb, single=True), media_type="application/json"
+    body_json = await expand_keyed(
+        _engine(request), _key(credentials), body, settings=request.app.state.settings
     )
+    return Response(body_json, media_type="application/json")
 
 
 @search.post("/slice", response_model=SliceResponse)

@@ -20,10 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.api.errors import documented
 from app.core.errors import BadRequest, Forbidden, NotFound, Unauthorized
+from app.core.reader import Reader
 from app.domain import directory
 from app.domain import entities as verbs
-from app.domain.reader import Reader
-from app.domain.session import run_read, run_write
 from app.domain.write_schemas import (
     EdgeIn,
     EdgeOut,
@@ -43,6 +42,7 @@ from app.domain.write_schemas import (
     UserOut,
     UserPatch,
 )
+from app.service.session import run_read, run_write
 
 T = TypeVar("T")
 

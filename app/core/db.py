@@ -90,8 +90,8 @@ def make_engine(
     ``;``, ROLLBACK under SQLAlchemy's asyncpg dialect). A pooled connection that died (the server
     restarted) is found when its first statement fails instead: SQLAlchemy marks the error
     ``connection_invalidated`` and drops every connection of the pool older than it, and
-    :mod:`app.domain.session` runs the unit of work once more on a fresh connection when nothing
-    had been written yet (:func:`app.domain.session.run_read`, ``run_write``).
+    :mod:`app.service.session` runs the unit of work once more on a fresh connection when nothing
+    had been written yet (:func:`app.service.session.run_read`, ``run_write``).
 
     ``one_statement``: the engine of :func:`statement_engine` instead (see there).
     """
@@ -201,12 +201,3 @@ def cancelling() -> bool:
     failure of its own)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-FLUSH_STATISTICS_SQL = "/* sibyl:flush_statistics */ SELECT pg_stat_force_next_flush()"
-"""Sent on the connection that wrote, just before a ``VACUUM (ANALYZE)``: PostgreSQL (15+)
-reports a session's row counts to the statistics views at most once a second, so counts of
-writes from the last second, reported *after* the ANALYZE, showed as rows changed since it
-(and doubled ``n_live_tup``): a fresh ``make run`` would make ``doctor`` warn that
-``community_members`` is stale. The function's flush happens before the
-server answers it. Executable by every role (PUBLIC), no privilege needed."""

@@ -27,15 +27,15 @@ Every variable is optional; the defaults run the service on a fresh machine:
 - ``SIBYL_WRITE_LOCK_WAIT_MS``: how long a write waits, in all, for the row locks of another
   writer before it answers 503 (default 30000 ms); it waits in steps of half the statement
   timeout (at most 1 s), each ended by a lock timeout and the write run again
-  (:func:`app.domain.session.run_write`).
+  (:func:`app.service.session.run_write`).
 - ``SIBYL_EVIDENCE_LINES``: lines per evidence span (default 40); rule: evidence-windows.
 - ``SIBYL_MAX_BODY_BYTES``: largest request body served (default 8 MiB); larger ones get 413.
 - ``SIBYL_STATS_REFRESH_S``: how often (seconds) a serving process looks for orgs whose search
   word statistics are out of date and recounts them (default 60; 0: never, then only
-  ``sibyl-pg stats refresh`` does; else 1 to 86400; see :mod:`app.domain.refresher`).
+  ``sibyl-pg stats refresh`` does; else 1 to 86400; see :mod:`app.service.workers.search_stats`).
 - ``SIBYL_COMMUNITIES_REFRESH_S``: how often (seconds) a serving process rebuilds the
   communities of orgs whose communities a write retired (default 120; 0: never, then only
-  ``sibyl-pg communities rebuild`` does; else 1 to 86400; :mod:`app.domain.community_refresher`).
+  ``sibyl-pg communities rebuild`` does; else 1 to 86400; :mod:`app.service.workers.communities`).
 - ``SIBYL_COMMUNITIES_AUTO_MAX_LINKS``: the largest org (edges + mentions) a serving process
   rebuilds (default 200,000; larger ones are the operator's ``communities rebuild``).
 - ``SIBYL_MIGRATION_LOCK_TIMEOUT_MS``: how long a migration waits for a table lock before it

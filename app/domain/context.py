@@ -9,10 +9,10 @@ How a pack is composed:
    the notes are ranked again on their own, so the note lane never misses a note because other
    types filled the cap. Each item's ``reason`` gives its lane ranks.
 2. **Selection** (:func:`select`), at most ``limit`` items, at most
-   :data:`~app.domain.policy.CONTEXT_PER_MEMORY` (3) of them from one memory (itself and its
+   :data:`~app.core.policy.CONTEXT_PER_MEMORY` (3) of them from one memory (itself and its
    passages; three adjacent spans are the measured answer exposure of a whole memory):
    - the **reserved note lane**: the best-ranked notes, up to exactly
-     :data:`~app.domain.policy.NOTE_LANE` (3) items (fewer only when fewer notes match, or when
+     :data:`~app.core.policy.NOTE_LANE` (3) items (fewer only when fewer notes match, or when
      ``limit`` is smaller), kept even when stronger items of other types would fill the pack,
      and marked ``metadata.note_lane: true``. The lane never grows with ``limit``: further notes
      compete like any other item;
@@ -22,7 +22,7 @@ How a pack is composed:
    slot goes to the next candidate.
 4. **Related.** Each item gets up to ``related_limit`` one-hop neighbors, all items at once in
    one statement (:mod:`app.repo.related`): the hops, read rule, weights and order of a depth-1
-   :func:`app.domain.expand.expand_neighbors` walk from that item alone; a memory's over every
+   :func:`app.service.expand.expand_neighbors` walk from that item alone; a memory's over every
    policy relationship but the span links (its own spans are one ``fetch_slice`` away and would
    crowd out its neighbors), a passage's to its parent. A related entry names the neighbor and
    the hop, and carries no text.
@@ -31,7 +31,7 @@ How a pack is composed:
    ``artifacts`` (artifact, document), ``notes`` (note), ``other`` (everything else).
 6. **Size** (:func:`fit`). The whole response stays within ``markdown_token_budget`` × 4 × 1.25
    characters of JSON, and no body appears twice: the sections carry ids, scores, reasons,
-   previews of at most :data:`~app.domain.policy.CONTEXT_PREVIEW_CHARS` characters and the
+   previews of at most :data:`~app.core.policy.CONTEXT_PREVIEW_CHARS` characters and the
    related entries; the Markdown carries the text. Items are taken reserved notes first, then
    by rank, while each leaves room for its Markdown heading and a line (80 characters) of text; the
    rest are left out (``filters.left_out_for_budget``, ``truncated``). Related lists are then
@@ -64,11 +64,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import policy
+from app.core.reader import Reader
 from app.core.settings import Settings, get_settings
-from app.domain import policy
 from app.domain.excerpt import excerpt, excerpt_at, matches
 from app.domain.preview import preview
-from app.domain.reader import Reader
 from app.domain.schemas import (
     ContextItem,
     ContextRequest,
@@ -550,10 +550,10 @@ async def _focus_texts(
     settings: SearchSettings,
 ) -> dict[str, _FocusText]:
     """For each memory item of the pack that holds a goal word: the text of its
-    :data:`~app.domain.policy.CONTEXT_MEMORY_SPANS` best-matching spans (search's
+    :data:`~app.core.policy.CONTEXT_MEMORY_SPANS` best-matching spans (search's
     ``metadata.focus`` statement, same words and weights) that are not items of the pack
     themselves, best first, each its query-focused excerpt of at most
-    :data:`~app.domain.policy.CONTEXT_TEXT_CHARS`; a memory never cut: its own body. By memory
+    :data:`~app.core.policy.CONTEXT_TEXT_CHARS`; a memory never cut: its own body. By memory
     id."""
     memories = [i for i in picks if i in hits and hits[i].parent_id is None]
     weighted = query.weighted

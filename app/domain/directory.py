@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest, Conflict, Forbidden, NotFound
+from app.core.reader import Reader
 from app.domain import keys as key_domain
 from app.domain import permissions
 from app.domain.entities import set_grant
-from app.domain.reader import Reader
 from app.domain.validation import clean_text, path_id_problem
 from app.domain.write_schemas import (
     GrantOut,

@@ -1,6 +1,6 @@
 """Entity and edge verbs (rule: one-write-path): create, read, update, delete a memory; write and
 delete an edge; grant a private memory. REST and MCP call these inside one transaction opened by
-:func:`app.domain.session.run_write` (or ``run_read`` for :func:`get_entity`).
+:func:`app.service.session.run_write` (or ``run_read`` for :func:`get_entity`).
 
 Every memory is written by :func:`app.domain.memories.save_entity`, the one write path shared
 with the importer: fields, the passage cut (rule: span-bound) and the mentions derived from
@@ -40,9 +40,9 @@ import secrets
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest, Conflict, Forbidden, NotFound, PreconditionFailed
+from app.core.reader import Reader
 from app.domain import permissions, write_rules
 from app.domain.memories import EntityData, links, save_entity
-from app.domain.reader import Reader
 from app.domain.validation import (
     ID_RE,
     NOT_BLANK,

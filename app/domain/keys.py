@@ -5,29 +5,13 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import BadRequest, NotFound
+from app.repo import keys as repo
 from app.repo.readers import hash_key
 
 SCOPES = ("read", "write", "admin")
-
-USER_ORG_SQL = text("/* sibyl:keys.user */ SELECT org_id, role FROM users WHERE id = :user_id")
-PROJECTS_IN_ORG_SQL = text(
-    """/* sibyl:keys.projects */
-SELECT id FROM projects WHERE org_id = :org_id AND id = ANY(CAST(:ids AS text[]))"""
-)
-INSERT_KEY_SQL = text(
-    """/* sibyl:keys.create */
-INSERT INTO api_keys (id, org_id, user_id, key_hash, scopes, project_ids, label)
-VALUES (:id, :org_id, :user_id, :key_hash, CAST(:scopes AS text[]),
-        CAST(:project_ids AS text[]), :label)"""
-)
-REVOKE_KEY_SQL = text(
-    """/* sibyl:keys.revoke */
-UPDATE api_keys SET revoked_at = now() WHERE id = :id AND revoked_at IS NULL RETURNING id"""
-)
 
 
 async def create_key(
@@ -44,7 +28,7 @@ async def create_key(
     user's org; ``admin`` only for org owners and admins. Raises ``NotFound`` for an unknown user,
     ``BadRequest`` for a bad scope or project.
     """
-    user = (await conn.execute(USER_ORG_SQL, {"user_id": user_id})).first()
+    user = (await conn.execute(repo.USER_ORG_SQL, {"user_id": user_id})).first()
     if user is None:
         raise NotFound("User not found")
     org, role = user.org_id, user.role
@@ -55,7 +39,7 @@ async def create_key(
         raise BadRequest("the admin scope is only for org owners and admins")
     if projects is not None:
         found = set(
-            (await conn.execute(PROJECTS_IN_ORG_SQL, {"org_id": org, "ids": list(projects)}))
+            (await conn.execute(repo.PROJECTS_IN_ORG_SQL, {"org_id": org, "ids": list(projects)}))
             .scalars()
             .all()
         )
@@ -64,7 +48,7 @@ async def create_key(
     key_id = "key_" + secrets.token_hex(6)
     key = f"sibyl_{key_id[4:]}_{secrets.token_urlsafe(32)}"
     await conn.execute(
-        INSERT_KEY_SQL,
+        repo.INSERT_KEY_SQL,
         {
             "id": key_id,
             "org_id": org,
@@ -80,5 +64,5 @@ async def create_key(
 
 async def revoke_key(conn: AsyncConnection, *, key_id: str) -> None:
     """Revoke a key at once; raises ``NotFound`` when no live key has that id."""
-    if (await conn.execute(REVOKE_KEY_SQL, {"id": key_id})).first() is None:
+    if (await conn.execute(repo.REVOKE_KEY_SQL, {"id": key_id})).first() is None:
         raise NotFound("No live key has this id (already revoked, or never minted)")

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import Forbidden, NotFound
-from app.domain.reader import Reader
+from app.core.reader import Reader
 from app.repo import permissions as repo
 from app.repo.permissions import LockMode, Target
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from app.domain import policy
+from app.core import policy
 
 
 class _Request(BaseModel):

@@ -18,11 +18,11 @@ import re
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import policy
 from app.core.errors import NotFound
-from app.domain import policy
+from app.core.reader import Reader
 from app.domain.passages import passage_name
 from app.domain.preview import preview_prefix
-from app.domain.reader import Reader
 from app.domain.schemas import SlicePassage, SliceRequest, SliceResponse
 from app.domain.validation import normalize_project, require_id
 from app.repo import slice as slice_repo

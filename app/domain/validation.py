@@ -8,8 +8,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
+from app.core import policy
 from app.core.errors import BadRequest
-from app.domain import policy
 
 NAME_RE = re.compile(r"[A-Za-z0-9_]{1,64}")
 ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -104,7 +104,7 @@ def normalize_seeds(entity_ids: Sequence[Any]) -> list[str]:
     """Strip each seed and drop exact duplicates keeping order (rule: seeds-normalised).
 
     Raises ``BadRequest`` for an empty list, a list of more than
-    :data:`app.domain.policy.MAX_NAMES` ids (as for every list of a request; expand walks 8 and
+    :data:`app.core.policy.MAX_NAMES` ids (as for every list of a request; expand walks 8 and
     returns the rest in ``unresolved``, so 300,000 seeds would come back as a 3.3 MB echo), a blank
     or non-string id, or one holding a NUL character or a lone surrogate. Ids that cannot exist
     (outside the id alphabet) are kept: they simply do not resolve, like any absent id.
@@ -130,7 +130,7 @@ def normalize_names(values: Sequence[str] | None, *, field: str, upper: bool) ->
 
     ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises
     ``BadRequest`` for a malformed name (rule: seeds-normalised) or a list of more than
-    :data:`app.domain.policy.MAX_NAMES` entries. Linear in the list's length.
+    :data:`app.core.policy.MAX_NAMES` entries. Linear in the list's length.
     """
     if values is None:
         return None

@@ -24,7 +24,7 @@ a row came in (``tests/test_write_rules.py`` runs each rule through REST, MCP an
   links detection uses: :func:`retire_link_communities`, so a write a reader cannot see retires
   nothing it sees); they give no ``SHARES_COMMUNITY`` hop until a rebuild recomputes them. The
   write records its org as due (``community_retirements``), and a serving process rebuilds due
-  orgs every ``SIBYL_COMMUNITIES_REFRESH_S`` seconds (:mod:`app.domain.community_refresher`);
+  orgs every ``SIBYL_COMMUNITIES_REFRESH_S`` seconds (:mod:`app.service.workers.communities`);
   detection reads a whole org (Louvain over every link), too much to run inside each write;
 - **word statistics retired**: a write that changes or removes a row the search statistics count
   (the text, scope or project of a project- or org-scoped memory, or the memory itself) marks its
@@ -114,7 +114,7 @@ async def retire_bulk_link_communities(
     """:func:`retire_link_communities` for a bulk write's new links, skipped (its join is not
     free) when the org has no community yet: then the org is only recorded as due a rebuild
     (:func:`app.repo.communities.mark`), so a freshly imported org gets its communities from a
-    serving process (:mod:`app.domain.community_refresher`)."""
+    serving process (:mod:`app.service.workers.communities`)."""
     if not pairs:
         return
     if await community_repo.has_communities(conn, org_id=org_id):

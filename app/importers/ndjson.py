@@ -52,10 +52,8 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.db import FLUSH_STATISTICS_SQL
 from app.core.errors import BadRequest
 from app.domain import write_rules
 from app.domain.memories import EntityData
@@ -68,6 +66,7 @@ from app.domain.validation import (
 )
 from app.domain.write_schemas import JsonObject
 from app.importers.bulk import BatchWriter, ImportError_, Refusal
+from app.repo import imports as imports_repo
 from app.repo import term_stats, writes
 
 __all__ = [
@@ -205,14 +204,6 @@ Record = Annotated[
 ]
 _RECORD = TypeAdapter(Record)
 ANALYZE_AFTER = 1000  # lines; a bulk import this large vacuums and analyzes what it touched
-# For the import's transaction only: room to sort a large batch in memory.
-BULK_SETTINGS_SQL = (
-    "/* sibyl:import.settings */ SELECT set_config('work_mem', '64MB', true),"
-    " set_config('gin_pending_list_limit', '65536', true)"
-)
-# Imports take turns, a transaction at a time: each reads what is stored, then inserts what is
-# new, so two at once over the same ids would both insert them (a duplicate key for the later).
-IMPORT_LOCK_SQL = "/* sibyl:import.lock */ SELECT pg_advisory_xact_lock(hashtext('sibyl:import'))"
 VACUUM_TIMEOUT_S = 600.0
 TABLES = {
     "org": ("orgs",),
@@ -446,7 +437,6 @@ async def import_records(
     total: int | None = None,
     batch_size: int = 500,
     evidence_lines: int = 40,
-    show_progress: bool = False,
     atomic: bool = True,
     on_error: Literal["stop", "skip"] = "stop",
     on_refused: Callable[[Refusal], None] | None = None,
@@ -459,24 +449,9 @@ async def import_records(
     ``on_error="stop"`` (default) the first refused line raises ``ImportError_`` (its
     ``committed`` says which lines stay written: None, none); with ``"skip"`` refused lines are
     left out and given to ``on_refused`` in line order. ``progress`` is told of each phase
-    (reading, writing, statistics, vacuum); ``show_progress`` without it: a ``rich`` bar on
-    standard error.
+    (reading, writing, statistics, vacuum); a command line passes a ``rich`` bar
+    (:class:`app.cli.progress.PhaseProgress`).
     """
-    if progress is None and show_progress:
-        from app.cli_progress import PhaseProgress
-
-        with PhaseProgress() as shown:
-            return await import_records(
-                engine,
-                records,
-                total=total,
-                batch_size=batch_size,
-                evidence_lines=evidence_lines,
-                atomic=atomic,
-                on_error=on_error,
-                on_refused=on_refused,
-                progress=shown,
-            )
     display: Progress = progress or _Silent()
     skip = on_error == "skip"
     summary = ImportSummary()
@@ -516,8 +491,7 @@ async def import_records(
             found: list[Refusal] = []
             try:
                 async with engine.begin() as conn:
-                    await conn.execute(text(BULK_SETTINGS_SQL))
-                    await conn.execute(text(IMPORT_LOCK_SQL))
+                    await imports_repo.begin_import(conn)
                     writer = BatchWriter(
                         conn,
                         evidence_lines=evidence_lines,
@@ -592,16 +566,4 @@ async def vacuum(engine: AsyncEngine, *, tables: list[str] | None = None) -> Non
     index-only scans. Not bound by a service engine's statement timeout (up to
     :data:`VACUUM_TIMEOUT_S`)."""
     names = tables if tables is not None else sorted({t for ts in TABLES.values() for t in ts})
-    async with engine.connect() as conn:
-        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        raw = (await auto.get_raw_connection()).driver_connection
-        assert raw is not None
-        await raw.execute("SET statement_timeout = 0")
-        try:
-            await raw.execute(FLUSH_STATISTICS_SQL)  # counts of the last second's writes first
-            await raw.execute(
-                f"/* sibyl:import.vacuum */ VACUUM (ANALYZE) {', '.join(names)}",
-                timeout=VACUUM_TIMEOUT_S,
-            )
-        finally:
-            await raw.execute("RESET statement_timeout")
+    await imports_repo.vacuum_analyze(engine, names, timeout_s=VACUUM_TIMEOUT_S)

@@ -2,7 +2,7 @@
 
 - :mod:`app.mcp.server` builds the ``MCPServer`` and its tools. Each tool is a thin adapter: it
   builds the very pydantic request model REST uses, runs the very domain function REST runs
-  through :func:`app.domain.session.run_read`, and returns the very response model, so the two
+  through :func:`app.service.session.run_read`, and returns the very response model, so the two
   surfaces cannot drift.
 - :mod:`app.mcp.http` serves it over streamable HTTP at ``/mcp`` inside the REST app, behind the
   same ``Authorization: Bearer <key>`` check as REST.

@@ -5,7 +5,7 @@ same-verbs-both-surfaces).
   ``Authorization: Bearer <key>`` is refused with REST's own 401 (``{"detail": ...}``,
   ``WWW-Authenticate: Bearer``) before the MCP transport or any tool sees it; a database fault is
   REST's 503 with ``Retry-After``. Each tool call then authenticates the key again inside its own
-  transaction (:func:`app.domain.session.run_read`), exactly as a REST request does, so a key
+  transaction (:func:`app.service.session.run_read`), exactly as a REST request does, so a key
   revoked mid-session is refused from its next call.
 - **Mounting.** The route is exactly ``/mcp`` (a plain route, not a ``Mount``, so there is no
   ``/mcp`` → ``/mcp/`` redirect; ``/mcp/`` redirects to ``/mcp``, by a relative ``Location``).
@@ -33,11 +33,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.core import logs
 from app.core.errors import DomainError, Forbidden, Unavailable
+from app.core.reader import Reader
 from app.core.settings import Settings, get_settings
-from app.domain.reader import Reader
-from app.domain.session import run_read
 from app.mcp.server import build_mcp
 from app.mcp.toolkit import EngineProvider, bearer_token, http_bearer_key
+from app.service.session import run_read
 
 MCP_PATH = "/mcp"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")

@@ -8,7 +8,7 @@ Every tool
   (REST answers 422), ``null`` means the default. Unknown arguments are refused and a JSON array
   sent as a string is not decoded, as on REST (the SDK would otherwise accept both);
 - builds that request model and runs the same domain function as REST through
-  :func:`app.domain.session.run_read`: one authenticated, read-only transaction per call;
+  :func:`app.service.session.run_read`: one authenticated, read-only transaction per call;
 - returns the same response model; its JSON schema is the tool's output schema;
 - turns a :class:`app.core.errors.DomainError` into a tool error (``isError``) whose text is
   exactly REST's ``detail`` ("Entity not found", "entity_ids must be non-blank strings", ...);
@@ -17,7 +17,7 @@ Every tool
   Anything else is a crash: the SDK answers "Error executing tool <name>" and logs the traceback
   on the server, never to the caller.
 
-Tool descriptions are written for a model and built from :mod:`app.domain.policy`, so the bounds
+Tool descriptions are written for a model and built from :mod:`app.core.policy`, so the bounds
 they state are the bounds the domain applies. The round budget is stated once, in the server
 instructions (:data:`INSTRUCTIONS`); each description says only what is specific to its tool.
 
@@ -32,11 +32,10 @@ from mcp.types import CallToolResult
 from pydantic import StrictBool, StrictInt, StrictStr
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import policy
+from app.core.reader import Reader
 from app.core.settings import Settings
-from app.domain import policy
 from app.domain.context import context_pack as context_verb
-from app.domain.expand import expand_for_key
-from app.domain.reader import Reader
 from app.domain.schemas import (
     ContextRequest,
     ContextResponse,
@@ -60,6 +59,7 @@ from app.mcp.toolkit import (
     read_tool,
 )
 from app.mcp.write_tools import write_tools
+from app.service.expand import expand_keyed
 
 __all__ = [
     "ROUND_BUDGET",
@@ -157,8 +157,8 @@ def build_mcp(
         ] = None,
         project: Annotated[StrictStr | None, about(ExpandRequest, "project")] = None,
     ) -> Annotated[CallToolResult, ExpandResponse]:
-        """Adapter of :func:`app.domain.expand.expand_for_key` (``POST /api/search/expand``): the
-        same one statement as REST."""
+        """Adapter of :func:`app.service.expand.expand_keyed`, as ``POST /api/search/expand``:
+        the same one statement as REST."""
         request = ExpandRequest(
             entity_ids=entity_ids,
             relationship_types=relationship_types,
@@ -170,10 +170,9 @@ def build_mcp(
             project=project,
         )
 
-        async def verb(conn: AsyncConnection, key: str) -> bytes:
-            return await expand_for_key(conn, key, request, settings=surface.settings)
-
-        return await surface.keyed(ctx, verb)
+        return await surface.keyed(
+            ctx, lambda key: expand_keyed(surface.engine(), key, request, settings=surface.settings)
+        )
 
     async def fetch_slice(
         ctx: Context,

@@ -12,11 +12,12 @@ import sys
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.db import database_url, make_engine
+from app.core.reader import Reader
 from app.core.settings import Settings, get_settings
-from app.domain import community_refresher, refresher
-from app.domain.reader import Reader
-from app.domain.session import run_read
 from app.mcp.server import build_mcp, fixed_key
+from app.service.session import run_read
+from app.service.workers import communities as community_refresher
+from app.service.workers import search_stats as refresher
 
 KEY_VARIABLE = "SIBYL_PG_API_KEY"
 
@@ -39,8 +40,9 @@ async def serve_stdio(key: str, *, settings: Settings | None = None) -> None:
     try:
         await run_read(engine, key, _nothing)
         server = build_mcp(lambda: engine, fixed_key(key), settings=s)
-        # the search word statistics recounted when out of date (app/domain/refresher.py), and
-        # communities retired by writes rebuilt (app/domain/community_refresher.py)
+        # the search word statistics recounted when out of date
+        # (app/service/workers/search_stats.py), and communities retired by writes rebuilt
+        # (app/service/workers/communities.py)
         async with (
             refresher.lifespan(engine, s.stats_refresh_s),
             community_refresher.lifespan(

@@ -31,9 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core import logs
 from app.core.errors import DomainError, shape_errors, shape_message
+from app.core.reader import Reader
 from app.core.settings import Settings
-from app.domain.reader import Reader
-from app.domain.session import require_key, run_read, run_snapshot
+from app.service.session import run_read
 
 EngineProvider = Callable[[], AsyncEngine]
 """Returns the engine at call time (the HTTP app creates its engine in its lifespan)."""
@@ -172,15 +172,12 @@ class Surface:
         return tool_result(response)
 
     async def keyed(
-        self, ctx: Context, verb: Callable[[AsyncConnection, str], Awaitable[bytes]]
+        self, ctx: Context, verb: Callable[[str | None], Awaitable[bytes]]
     ) -> CallToolResult:
-        """Run ``verb``, which authenticates the caller's key in its one statement, as REST does
-        (:func:`run_snapshot` ``single``); a domain error is a tool error."""
-        key = self.key(ctx)
+        """Run ``verb`` for the caller's key: a service verb that refuses a missing key and
+        authenticates it in its one statement, as REST does; a domain error is a tool error."""
         try:
-            require_key(key)
-            assert key is not None
-            body = await run_snapshot(self.engine(), lambda conn: verb(conn, key), single=True)
+            body = await verb(self.key(ctx))
         except DomainError as exc:
             return tool_error(exc.detail)
         return json_tool_result(body)

@@ -1,6 +1,6 @@
 """The MCP write tools (rule: one-write-path): ``remember`` (create or edit a memory) and ``link``
 (write an edge). Thin adapters over :mod:`app.domain.entities`, the verbs REST's ``POST``/``PATCH
-/api/entities`` and ``POST /api/edges`` call, through :func:`app.domain.session.run_write`: one
+/api/entities`` and ``POST /api/edges`` call, through :func:`app.service.session.run_write`: one
 transaction per call, and the key must hold the ``write`` scope (a read-only key gets the tool
 error "This key lacks the 'write' scope" and nothing changes). A domain error is a tool error
 whose text is exactly REST's ``detail``. Arguments are validated as strictly as the read tools'
@@ -20,10 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core import logs
 from app.core.errors import BadRequest, DomainError, shape_errors, shape_message
+from app.core.reader import Reader
 from app.core.settings import get_settings
 from app.domain import entities as verbs
-from app.domain.reader import Reader
-from app.domain.session import run_write
 from app.domain.validation import require_id
 from app.domain.write_schemas import (
     EdgeIn,
@@ -36,6 +35,7 @@ from app.domain.write_schemas import (
     SpanIn,
 )
 from app.mcp.toolkit import PARAMETERS, Surface, read_tool, tool_error, tool_result
+from app.service.session import run_write
 
 REMEMBER_ANNOTATIONS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.db import FLUSH_STATISTICS_SQL
+from app.repo.housekeeping import FLUSH_STATISTICS_SQL
 
 # Two plain scans bounded by org_id, one table each: no join for a planner to get wrong on a
 # freshly imported org (stale statistics once turned a joined version into a 2 s nested loop).
@@ -351,7 +351,7 @@ async def has_communities(conn: AsyncConnection, *, org_id: str) -> bool:
 async def vacuum(conn: AsyncConnection) -> None:
     """``VACUUM (ANALYZE)`` the community tables; ``conn`` must be in autocommit mode (and be
     the connection that wrote them: its pending row counts are flushed first, see
-    :data:`app.core.db.FLUSH_STATISTICS_SQL`)."""
+    :data:`app.repo.housekeeping.FLUSH_STATISTICS_SQL`)."""
     await conn.execute(text(FLUSH_STATISTICS_SQL))
     await conn.execute(VACUUM_SQL)
 

@@ -6,7 +6,7 @@ Every statement reads system views only (``pg_settings``, ``pg_class``, ``pg_ind
 ``/* sibyl:doctor.<part> */`` name. None reads a row of the service's own tables except
 ``alembic_version`` and, for the search statistics' freshness, ``term_audiences`` (through
 :func:`search_statistics`, scoped to the orgs asked about). The functions return plain facts;
-:mod:`app.domain.doctor` judges them.
+:mod:`app.service.doctor` judges them.
 
 Table statistics (pages, visibility map, analyze times) are per table, that is over every org of
 the database: the domain decides what of them an org admin may see.

@@ -10,7 +10,7 @@ import hashlib
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.reader import Reader
+from app.core.reader import Reader
 
 _READABLE_PROJECTS = """ARRAY(
         SELECT p.id FROM projects p

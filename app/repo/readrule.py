@@ -12,7 +12,7 @@ parent: statements join the parent entity and apply this same fragment to it, so
 exactly as readable as its parent at read time. The fragment starts with the marker comment
 ``/* sibyl:read-rule */`` so a test can prove that every statement touching memories embeds it.
 
-Parameters (bound, from :meth:`app.domain.reader.Reader.params`): ``:r_org`` text, ``:r_user``
+Parameters (bound, from :meth:`app.core.reader.Reader.params`): ``:r_org`` text, ``:r_user``
 text, ``:r_projects`` text[], ``:r_restricted`` boolean; or, with :func:`readable_by`, the columns
 of a reader row computed from the API key in the same statement.
 """

@@ -3,7 +3,7 @@ context-budget-whole).
 
 For each item ``f`` of ``:item_ids`` (memories and passages), its one-hop neighbors as a depth-1
 ``expand_neighbors`` walk from ``f`` alone would find them, by the same hop arms, the same read
-rule (:func:`app.repo.readrule.readable`, through :data:`app.repo.walk.ENTER`), the same weights
+rule (:func:`app.repo.readrule.readable`, through :data:`app.repo.hops.ENTER`), the same weights
 and per-arm cap (``:hop_cap``: ``SIBYL_WALK_HOP_CAP``, none by default; rows examined in the
 walk's order, strongest hop first, so a cap drops the weakest hops; rule: bounded-walk), and the
 same best-hop rule (highest weight, then relationship name, outgoing before incoming): from a
@@ -24,10 +24,24 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.walk import ENTER, PASSAGE_REL, WEIGHT, allowed
+from app.repo.hops import ENTER, PASSAGE_REL, WEIGHT, hop_arm, hop_source
+
+_MEMORY = "f.id NOT LIKE 'passage\\_%'"  # only memories have these links
+
+
+def _arm(link: str, *order: str) -> str:
+    """One arm from the item ``f``: at most ``:hop_cap`` rows, strongest hop first."""
+    return hop_arm(
+        link,
+        org=":r_org",
+        node="f.id",
+        where=[_MEMORY],
+        tail=[f"ORDER BY {', '.join(order)}", "LIMIT :hop_cap"],
+    )
+
 
 RELATED_SQL = text(
-    rf"""/* sibyl:context.related */
+    f"""/* sibyl:context.related */
 SELECT f.id AS item_id, r.id, r.relationship, r.dir_rank, r.weight,
        t.type, t.name, t.lifecycle
 FROM unnest(CAST(:item_ids AS text[])) AS f(id)
@@ -37,66 +51,20 @@ CROSS JOIN LATERAL (
         -- each neighbor's best hop from f: highest weight, then relationship, outgoing first
         SELECT DISTINCT ON (h.id) h.id, h.relationship, h.dir_rank, h.weight
         FROM (
-            (  -- outgoing edges: f -rel-> t
-              SELECT e.dst_id AS id, e.relationship, 0 AS dir_rank,
-                     {WEIGHT.format(rel="e.relationship")} AS weight
-              FROM edges e
-              JOIN entities t ON t.org_id = e.org_id AND t.id = e.dst_id
-              WHERE e.org_id = :r_org AND e.src_id = f.id
-                AND f.id NOT LIKE 'passage\_%'
-                AND {allowed("e.relationship", "out_denied")}
-                AND {ENTER}
-              ORDER BY weight DESC, e.relationship, e.dst_id  -- a cap drops the weakest hops
-              LIMIT :hop_cap
+            (  -- outgoing edges: f -rel-> t (a cap drops the weakest hops)
+              {_arm("edges_out", "weight DESC", "e.relationship", "e.dst_id")}
             ) UNION ALL (  -- incoming edges: t -rel-> f
-              SELECT e.src_id, e.relationship, 1, {WEIGHT.format(rel="e.relationship")}
-              FROM edges e
-              JOIN entities t ON t.org_id = e.org_id AND t.id = e.src_id
-              WHERE e.org_id = :r_org AND e.dst_id = f.id
-                AND f.id NOT LIKE 'passage\_%'
-                AND {allowed("e.relationship", "in_denied")}
-                AND {ENTER}
-              ORDER BY 4 DESC, e.relationship, e.src_id  -- by weight first, as above
-              LIMIT :hop_cap
+              {_arm("edges_in", "weight DESC", "e.relationship", "e.src_id")}
             ) UNION ALL (  -- outgoing mentions: f mentions t
-              SELECT m.dst_id, 'MENTIONS', 0, {WEIGHT.format(rel="'MENTIONS'")}
-              FROM mentions m
-              JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-              WHERE m.org_id = :r_org AND m.src_id = f.id
-                AND f.id NOT LIKE 'passage\_%'
-                AND {allowed("'MENTIONS'", "out_denied")}
-                AND {ENTER}
-              ORDER BY m.dst_id
-              LIMIT :hop_cap
+              {_arm("mentions_out", "m.dst_id")}
             ) UNION ALL (  -- incoming mentions: t mentions f
-              SELECT m.src_id, 'MENTIONS', 1, {WEIGHT.format(rel="'MENTIONS'")}
-              FROM mentions m
-              JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
-              WHERE m.org_id = :r_org AND m.dst_id = f.id
-                AND f.id NOT LIKE 'passage\_%'
-                AND {allowed("'MENTIONS'", "in_denied")}
-                AND {ENTER}
-              ORDER BY m.src_id
-              LIMIT :hop_cap
+              {_arm("mentions_in", "m.src_id")}
             ) UNION ALL (  -- the other members of f's communities
-              SELECT c2.entity_id, 'SHARES_COMMUNITY', 0,
-                     {WEIGHT.format(rel="'SHARES_COMMUNITY'")}
-              FROM community_members c1
-              JOIN community_members c2
-                ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-              JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
-              WHERE c1.org_id = :r_org AND c1.entity_id = f.id
-                AND f.id NOT LIKE 'passage\_%'
-                AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
-                AND {ENTER}
-              ORDER BY c2.entity_id, c2.community_id
-              LIMIT :hop_cap
+              {_arm("community", "c2.entity_id", "c2.community_id")}
             ) UNION ALL (  -- a passage to its parent (always allowed)
               SELECT t.id, {PASSAGE_REL}, 0, {WEIGHT.format(rel=PASSAGE_REL)}
-              FROM passages p
-              JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-              WHERE f.id LIKE 'passage\_%'
-                AND p.org_id = :r_org AND p.id = f.id
+              {hop_source("parent", org=":r_org", node="f.id")}
+                AND f.id LIKE 'passage\\_%'
                 AND {ENTER}
             )
         ) h

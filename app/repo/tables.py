@@ -404,7 +404,7 @@ class CommunityMember(Base):
 class CommunityRetirement(Base):
     """A write that retired (or may have changed) the org's communities, recorded in its
     transaction (migration 0010): the org is due a rebuild until one that saw this row commits
-    (:mod:`app.domain.community_refresher`)."""
+    (:mod:`app.service.workers.communities`)."""
 
     __tablename__ = "community_retirements"
     org_id: Mapped[str] = mapped_column(Id, primary_key=True)

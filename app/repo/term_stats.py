@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.db import FLUSH_STATISTICS_SQL
+from app.repo.housekeeping import FLUSH_STATISTICS_SQL
 
 ORG_AUDIENCE = "*"
 """The audience of org-scoped memories (no project or memory id can be ``*``)."""
@@ -551,7 +551,7 @@ VACUUM_SQL = text(
 
 async def vacuum(conn: AsyncConnection) -> None:
     """``VACUUM (ANALYZE)`` the statistics tables; ``conn`` must be in autocommit mode (its
-    pending row counts are flushed first: :data:`app.core.db.FLUSH_STATISTICS_SQL`)."""
+    pending row counts are flushed first: :data:`app.repo.housekeeping.FLUSH_STATISTICS_SQL`)."""
     await conn.execute(text(FLUSH_STATISTICS_SQL))
     await conn.execute(VACUUM_SQL)
 
@@ -574,7 +574,7 @@ async def refresh_orgs(engine: AsyncEngine, org_ids: Sequence[str]) -> dict[str,
 
 
 # The orgs whose statistics a refresh would change (the automatic refresher's question,
-# app.domain.refresher), each arm through an index:
+# app.service.workers.search_stats), each arm through an index:
 # - an audience a write retired (not fresh), or made not fresh by a move into it;
 # - an audience holding a memory whose creating transaction its count's snapshot does not see
 #   (created since; creates retire nothing): per audience row, the memories of the org created

@@ -43,7 +43,6 @@ node shares with its chosen predecessor (a seed).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -51,7 +50,16 @@ from typing import Any, NamedTuple
 from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain import policy
+from app.core import policy
+from app.repo.hops import (
+    ENTER_LVL,
+    PASSAGE_REL,
+    SCORE,
+    WEIGHT,
+    allowed,
+    hop_source,
+)
+from app.repo.hops import text_array as _text_array
 from app.repo.readers import READER_BY_KEY, hash_key
 from app.repo.readrule import readable, readable_by
 
@@ -76,45 +84,6 @@ WHERE {readable("t")}
 ORDER BY s.ord"""
 )
 
-# SQL fragments of the hop arms (also used by the benchmark's baseline walk, so both walks apply
-# exactly the same rules). The conditions every entered node satisfies: readable, not retired,
-# inside `project` if named.
-ENTER = f"""t.lifecycle <> 'retired'
-          AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-          AND {readable("t")}"""
-# The same conditions inside the walk, where the reader comes with every level's row (`lvl`:
-# org_id, user_id, readable_projects, k_projects), so that the statement that computes the
-# reader from an API key needs no sub-select of it at each place the rule is applied.
-ENTER_LVL = f"""t.lifecycle <> 'retired'
-          AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-          AND {readable_by("t", "lvl")}"""
-
-
-def _float(value: float) -> str:
-    """A float8 constant of exactly ``value`` (its shortest repr reads back to the same double)."""
-    return f"CAST('{value!r}' AS float8)"
-
-
-def _text_array(values: list[str]) -> str:
-    """A text[] constant of policy names (``[A-Z_]``, checked: no quoting needed)."""
-    for v in values:
-        if not re.fullmatch(r"[A-Za-z0-9_~]*", v):
-            raise ValueError(f"not a policy name: {v!r}")
-    return "CAST('{" + ",".join(f'"{v}"' for v in values) + "}' AS text[])"
-
-
-# W(rel) (rule: relationship-policy): the policy table as constants of the statement (the same for
-# every request, so they are not sent with each one), strongest first; any other name weighs the
-# default.
-WEIGHT = (
-    "(CASE {rel} "
-    + " ".join(
-        f"WHEN '{rel}' THEN {_float(p.weight)}"
-        for rel, p in sorted(policy.RELATIONSHIPS.items(), key=lambda kv: (-kv[1].weight, kv[0]))
-        if p.weight != policy.UNKNOWN_WEIGHT
-    )
-    + f" ELSE {_float(policy.UNKNOWN_WEIGHT)} END)"
-)
 WEIGHTED = _text_array(policy.weighted_relationships())
 """The relationships whose weight is not the default one (a hub reads each alone)."""
 _OUT_DEFAULT = policy.hop_order(policy.hop_rules(None), outgoing=True)
@@ -134,25 +103,6 @@ def _tiers(name: str) -> str:
     return f"coalesce(CAST(:{name} AS text[]), {_DEFAULT_TIERS[name]})"
 
 
-def allowed(rel: str, denied: str) -> str:
-    """SQL: a hop over ``rel`` passes the relationship filter and is not in the ``denied`` list."""
-    return (
-        f"(CAST(:rel_filter AS text[]) IS NULL OR {rel} = ANY(CAST(:rel_filter AS text[])))\n"
-        f"          AND NOT ({rel} = ANY(CAST(:{denied} AS text[])))"
-    )
-
-
-PASSAGE_REL = "(CASE WHEN t.passage_kind = 'evidence' THEN 'DERIVED_FROM' ELSE 'PART_OF' END)"
-
-# score(rel, d) (rule: relationship-policy) for a weight and a distance, as every part of the walk
-# computes it (the same float8 expression everywhere, so the comparisons of the early stop and of
-# the flag are exact).
-SCORE = (
-    f"least(greatest(({{weight}}) * power({_float(policy.DECAY)}, ({{distance}}) - 1),"
-    f" {_float(policy.SCORE_MIN)}), {_float(policy.SCORE_MAX)})"
-)
-
-
 def _hub_arm(direction: str) -> str:
     """SQL: a hub's edges one way (more than ``:hub_degree`` of them), strongest first (rule:
     bounded-walk).
@@ -164,7 +114,7 @@ def _hub_arm(direction: str) -> str:
     the read rule, and the arm stops at ``lvl.hop_cap + 1`` rows: its work is bounded by the cap,
     not by the degree. The rows are those an ordinary node's arm gives, in the same order.
     """
-    near, far = ("src_id", "dst_id") if direction == "out" else ("dst_id", "src_id")
+    far = "dst_id" if direction == "out" else "src_id"
     weight = WEIGHT.format(rel="e.relationship")
     way = "outgoing" if direction == "out" else "incoming"
     return f"""(  -- a hub's {way} edges, one index range per tier
@@ -181,9 +131,7 @@ def _hub_arm(direction: str) -> str:
                             {_tiers(f"{direction}_tier_hi")}) WITH ORDINALITY AS r(lo, hi, tier)
                 CROSS JOIN LATERAL (
                   SELECT e.{far} AS id, e.relationship, {weight} AS weight, t.type
-                  FROM edges e
-                  JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-                  WHERE e.org_id = lvl.org_id AND e.{near} = f.id
+                  {hop_source(f"edges_{direction}", org="lvl.org_id", node="f.id", indent=" " * 18)}
                     AND e.relationship >= r.lo AND e.relationship <= r.hi
                     AND (r.lo = r.hi
                          OR NOT (e.relationship = ANY({WEIGHTED})))
@@ -284,9 +232,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                      row_number() OVER (ORDER BY m.id), true
               FROM (
                 SELECT m.dst_id AS id, t.type
-                FROM mentions m
-                JOIN entities t ON t.org_id = m.org_id AND t.id = m.dst_id
-                WHERE m.org_id = lvl.org_id AND m.src_id = f.id
+                {hop_source("mentions_out", org="lvl.org_id", node="f.id", indent=" " * 16)}
                   AND {ENTER_LVL}
                 ORDER BY m.dst_id
                 LIMIT lvl.hop_cap + 1
@@ -298,9 +244,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                      row_number() OVER (ORDER BY m.id), true
               FROM (
                 SELECT m.src_id AS id, t.type
-                FROM mentions m
-                JOIN entities t ON t.org_id = m.org_id AND t.id = m.src_id
-                WHERE m.org_id = lvl.org_id AND m.dst_id = f.id
+                {hop_source("mentions_in", org="lvl.org_id", node="f.id", indent=" " * 16)}
                   AND {ENTER_LVL}
                 ORDER BY m.src_id
                 LIMIT lvl.hop_cap + 1
@@ -313,11 +257,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                      c.type, row_number() OVER (ORDER BY c.id), true
               FROM (
                 SELECT DISTINCT c2.entity_id AS id, t.type
-                FROM community_members c1
-                JOIN community_members c2
-                  ON c2.org_id = c1.org_id AND c2.community_id = c1.community_id
-                JOIN entities t ON t.org_id = c2.org_id AND t.id = c2.entity_id
-                WHERE c1.org_id = lvl.org_id AND c1.entity_id = f.id
+                {hop_source("community", org="lvl.org_id", node="f.id", indent=" " * 16)}
                   AND c2.entity_id <> f.id  -- not its own co-member
                   AND {ENTER_LVL}
                 ORDER BY c2.entity_id
@@ -330,10 +270,8 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
               SELECT t.id, {PASSAGE_REL}, 0,
                      {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
                      CAST(1 AS bigint), true
-              FROM passages p
-              JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-              WHERE f.id LIKE 'passage\_%'  -- only passages have a parent
-                AND p.org_id = lvl.org_id AND p.id = f.id
+              {hop_source("parent", org="lvl.org_id", node="f.id")}
+                AND f.id LIKE 'passage\_%'  -- only passages have a parent
                 AND {allowed(PASSAGE_REL, "out_denied")}
                 AND {ENTER_LVL}
             ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
@@ -341,9 +279,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                      row_number() OVER (ORDER BY p.id), true
               FROM (
                 SELECT p.id, {PASSAGE_REL} AS relationship
-                FROM passages p
-                JOIN entities t ON t.org_id = p.org_id AND t.id = p.parent_id
-                WHERE p.org_id = lvl.org_id AND p.parent_id = f.id
+                {hop_source("passages", org="lvl.org_id", node="f.id", indent=" " * 16)}
                   AND {allowed(PASSAGE_REL, "in_denied")}
                   AND {ENTER_LVL}
                 ORDER BY p.id
@@ -560,7 +496,7 @@ FROM flags f
 # reads nothing (401); a key without the `read` scope has no seeds (NULL), so nothing is read
 # either (403). The read rule gates the seeds and every step of the walk exactly as in WALK_SQL
 # (the same fragment; the walk reads the reader from its own rows). The hop cap is sized from
-# the resolved seeds as app.domain.expand.walk_params sizes it (`:walk_hop_cap`: the configured
+# the resolved seeds as app.service.expand.walk_params sizes it (`:walk_hop_cap`: the configured
 # cap, or NULL).
 KEYED_WALK_SQL = text(
     f"""/* sibyl:expand_neighbors.keyed */
@@ -709,7 +645,7 @@ class KeyedWalk:
 async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, object]) -> KeyedWalk:
     """One statement: authenticate ``key``, resolve the seeds ``params["seed_ids"]`` and walk
     from them, with the walk's bound ``params`` minus the reader's (:func:`walk_params` of
-    :mod:`app.domain.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
+    :mod:`app.service.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
     resolved seeds)."""
     rows = (await conn.execute(KEYED_WALK_SQL, {**params, "key_hash": hash_key(key)})).all()
     if not rows:

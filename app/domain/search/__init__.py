@@ -7,9 +7,14 @@ promote → page), every number of it in one settings object
 
 from app.domain.schemas import SearchRequest
 from app.domain.search.fuse import EXACT, FULLTEXT, SEMANTIC, Ranked, fold, fuse, fused_order
-from app.domain.search.lanes import Filters
 from app.domain.search.pipeline import Candidates, candidates, hit_fields, search
-from app.domain.search.query import Query, build_query, normalize_lifecycles, normalize_query
+from app.domain.search.query import (
+    Filters,
+    Query,
+    build_query,
+    normalize_lifecycles,
+    normalize_query,
+)
 from app.domain.search.settings import SearchSettings, search_settings
 
 __all__ = [

@@ -20,8 +20,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core.reader import Reader
 from app.domain.excerpt import excerpt
-from app.domain.reader import Reader
 from app.domain.search.query import Query
 from app.domain.search.settings import SearchSettings
 from app.repo import search as search_repo

@@ -24,21 +24,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.reader import Reader
+from app.core.reader import Reader
 from app.domain.search import semantic
 from app.domain.search.fuse import EXACT, FULLTEXT, SEMANTIC, LaneHit
-from app.domain.search.query import Query
+from app.domain.search.query import Filters, Query
 from app.domain.search.settings import SearchSettings
 from app.repo import search as search_repo
-
-
-@dataclass(frozen=True)
-class Filters:
-    """The request's filters every lane applies."""
-
-    types: list[str] | None
-    lifecycles: list[str]
-    project: str | None
 
 
 @dataclass

@@ -25,11 +25,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import policy
+from app.core.reader import Reader
 from app.core.settings import Settings
-from app.domain import policy, terms
+from app.domain import terms
 from app.domain.passages import passage_name
 from app.domain.preview import ELLIPSIS, preview_prefix
-from app.domain.reader import Reader
 from app.domain.schemas import SearchRequest, SearchResponse, SearchResult
 from app.domain.search.focus import best_spans, focus_metadata, ordered
 from app.domain.search.fuse import EXACT, FULLTEXT, LANES, SEMANTIC, Ranked, fold, fuse

@@ -17,8 +17,8 @@ import dataclasses
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain import policy
-from app.domain.reader import Reader
+from app.core import policy
+from app.core.reader import Reader
 from app.domain.search.fuse import Folded, Promotion, Ranked
 from app.domain.search.settings import SearchSettings
 from app.repo import search as search_repo

@@ -2,7 +2,7 @@
 
 **Text.** NFC (text is compared in Unicode NFC, as it is stored), without the characters that
 show nothing at its ends (:func:`app.domain.terms.strip_invisible`); blank or longer than
-:data:`app.domain.policy.MAX_QUERY_CHARS` characters is a ``BadRequest``.
+:data:`app.core.policy.MAX_QUERY_CHARS` characters is a ``BadRequest``.
 
 **Words.** Split once, by the database (``sibyl:search.words``): the parser and ``english``
 dictionaries that built every ``search_tsv`` give each token its lexemes, so a query word matches
@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core import policy
 from app.core.errors import BadRequest
-from app.domain import policy, terms
-from app.domain.reader import Reader
+from app.core.reader import Reader
+from app.domain import terms
 from app.domain.search.settings import SearchSettings
 from app.repo import search as search_repo
 
@@ -58,6 +59,15 @@ class Word:
     truncated: bool = False
     asked: bool = False
     """Whether the word is in the question's ask."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The request's filters every lane applies."""
+
+    types: list[str] | None
+    lifecycles: list[str]
+    project: str | None
 
 
 @dataclass(frozen=True)
@@ -105,7 +115,7 @@ class Query:
 def normalize_query(value: str, *, field: str) -> str:
     """``value`` in NFC without the characters that show nothing at its ends; ``BadRequest`` when
     nothing but such characters and lone combining marks is left, or when it is longer than
-    :data:`app.domain.policy.MAX_QUERY_CHARS` characters."""
+    :data:`app.core.policy.MAX_QUERY_CHARS` characters."""
     stripped = terms.strip_invisible(unicodedata.normalize("NFC", value))
     if all(unicodedata.category(c) in ("Mn", "Me") or terms.invisible(c) for c in stripped):
         raise BadRequest(f"{field} must be a non-blank string")

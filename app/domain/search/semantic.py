@@ -2,7 +2,7 @@
 
 Vectors come from an offline model (:mod:`app.core.embedder`), one per chunk of a search
 document (:mod:`app.domain.chunks`), written by the embedding worker after writes and imports
-(:mod:`app.domain.embeddings`), never inside a read or a write. The lane (one
+(:mod:`app.service.workers.embeddings`), never inside a read or a write. The lane (one
 ``sibyl:search.semantic`` statement, and ``sibyl:search.semantic_coverage`` at most every
 :data:`COVERAGE_TTL_S` seconds per reader):
 
@@ -22,19 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core import embedder as models
-from app.domain.reader import Reader
+from app.core.reader import Reader
 from app.domain.search.fuse import LaneHit
-from app.domain.search.query import Query
+from app.domain.search.query import Filters, Query
 from app.domain.search.settings import SearchSettings
 from app.repo.search import semantic as semantic_repo
-
-if TYPE_CHECKING:
-    from app.domain.search.lanes import Filters
 
 COVERAGE_TTL_S = 30.0
 _coverage: dict[tuple[object, ...], tuple[float, tuple[int, int]]] = {}

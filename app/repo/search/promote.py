@@ -8,26 +8,30 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.repo.hops import LINKS, hop_source
 from app.repo.readrule import readable
+
 
 # One arm per (relationship, direction, lifecycle), strongest first; each probes the edge index
 # for its first neighbour (by id) that passes every filter, the read rule included, so the LIMIT
 # counts only rows the reader may see and a hub costs one index range start per arm, not its
 # degree (a lifecycle is an arm of its own, so "active before superseded" needs no sort).
-_PROMOTE_ARM = """(
+def _promote_arm(link: str, outgoing: str) -> str:
+    far = LINKS[link].far
+    return f"""(
             SELECT t.id, t.type
-            FROM edges e
-            JOIN entities t ON t.org_id = e.org_id AND t.id = e.{far}
-            WHERE a.outgoing = {outgoing} AND e.org_id = :r_org AND e.{near} = :memory
+            {hop_source(link, org=":r_org", node=":memory", indent="            ")}
+              AND a.outgoing = {outgoing}
               AND e.relationship = a.relationship AND t.id <> :memory
               AND NOT t.id = ANY(CAST(:skip AS text[]))
               AND t.lifecycle = a.lifecycle
               AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
               AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-              AND {readable}
-            ORDER BY e.{far}
+              AND {readable("t")}
+            ORDER BY {far}
             LIMIT 1
         )"""
+
 
 PROMOTE_SQL = text(
     f"""/* sibyl:search.promote */
@@ -36,9 +40,9 @@ FROM unnest(CAST(:relationships AS text[]), CAST(:weights AS float8[]),
             CAST(:outgoing AS boolean[]), CAST(:lifecycles AS text[]))
      WITH ORDINALITY AS a(relationship, weight, outgoing, lifecycle, ord)
 CROSS JOIN LATERAL (
-    {_PROMOTE_ARM.format(far="dst_id", near="src_id", outgoing="true", readable=readable("t"))}
+    {_promote_arm("edges_out", "true")}
     UNION ALL
-    {_PROMOTE_ARM.format(far="src_id", near="dst_id", outgoing="false", readable=readable("t"))}
+    {_promote_arm("edges_in", "false")}
 ) n
 ORDER BY a.weight DESC, a.lifecycle = 'superseded', n.id, a.ord
 LIMIT 1"""

@@ -1,0 +1,5 @@
+"""``python -m app.cli``: the ``sibyl-pg`` command."""
+
+from app.cli.main import main
+
+main()

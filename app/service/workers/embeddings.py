@@ -1,0 +1,140 @@
+"""The embedding worker: vectors for the semantic lane, written after writes and imports, never
+inside a read or a write's transaction.
+
+What a memory's vectors are: one per chunk (:mod:`app.domain.chunks`) of each of its search
+documents at its current revision: its own document (its name, and its body when it was never
+cut) and each current passage. The worker (:func:`embed_due`) takes the due memories in batches
+(:mod:`app.repo.embeddings`: missing, stale or by another model), embeds their chunks outside
+any transaction (the model runs in a thread) and stores each batch in one short transaction,
+keeping only memories still at the revision embedded.
+
+Where it runs: a serving process runs :class:`EmbeddingWorker` every ``SIBYL_EMBED_INTERVAL_S``
+seconds (one process at a time: a session advisory lock of its own; the model on one thread, so
+requests keep the other cores) when the semantic lane can run there (the extra installed, the
+tables present); ``sibyl-pg embed`` embeds everything due with a progress bar (an import that
+should be searchable by meaning at once, the evaluation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.core import embedder as models
+from app.domain.chunks import chunks
+from app.repo import embeddings as repo
+from app.repo.search import semantic as semantic_repo
+from app.service.workers.tick import OwnEngine, background, run_every, session_lock
+
+log = logging.getLogger("sibyl_pg.embeddings")
+
+BATCH = 32
+"""Memories embedded per batch (one store transaction)."""
+
+TICK_LOCK = "embeddings.worker"
+"""The worker's tick lock (:func:`app.repo.workers.tick_lock`)."""
+
+
+def document_chunks(doc: repo.Document) -> list[str]:
+    """The texts one document's vectors are made of: a memory's name first (its own
+    document), then its body's chunks (empty for a memory cut into passages); a passage's
+    chunks."""
+    head = [doc.name] if doc.name else []
+    return head + chunks(doc.body)
+
+
+async def embed_due(
+    engine: AsyncEngine,
+    *,
+    model_name: str,
+    progress: Callable[[int, int], None] | None = None,
+    batch: int = BATCH,
+    threads: int | None = None,
+    model: models.Embedder | None = None,
+) -> int:
+    """Embed every due memory of ``engine``'s database; return how many were embedded.
+    ``progress(done, due)`` is called after each batch; ``model``: the embedder to use
+    (default: ``model_name``'s). Raises :class:`~app.core.embedder.EmbedderUnavailable` when
+    the model cannot run here."""
+    model = model or models.embedder(model_name, threads)
+    async with engine.connect() as conn:
+        if not await semantic_repo.tables_present(conn):
+            raise models.EmbedderUnavailable("the database server has no pgvector")
+        total, _ = await repo.due_count(conn, model=model.name)
+    done = 0
+    while True:
+        async with engine.connect() as conn:
+            memories = await repo.due(conn, model=model.name, batch=batch)
+            docs = await repo.documents(conn, memories)
+        if not memories:
+            return done
+        texts: list[str] = []
+        where: list[tuple[str, str, int]] = []  # (memory, doc, chunk) of each text
+        for d in docs:
+            for n, piece in enumerate(document_chunks(d)):
+                texts.append(piece)
+                where.append((d.memory_id, d.doc_id, n))
+        vectors = await asyncio.to_thread(model.encode, texts)
+        by_memory: dict[str, list[tuple[str, int, list[float]]]] = {}
+        for (memory, doc, n), v in zip(where, vectors, strict=True):
+            by_memory.setdefault(memory, []).append((doc, n, v))
+        async with engine.begin() as conn:
+            for m in memories:
+                await repo.store(
+                    conn, memory=m, model=model.name, vectors=by_memory.get(m.memory_id, [])
+                )
+        done += len(memories)
+        if progress is not None:
+            progress(done, max(total, done))
+
+
+class EmbeddingWorker(OwnEngine):
+    """Embeds due memories every ``interval_s`` seconds (see the module docstring), on an
+    engine of its own."""
+
+    def __init__(self, engine: AsyncEngine, *, interval_s: float, model_name: str) -> None:
+        super().__init__(engine)
+        self.interval_s = interval_s
+        self.model_name = model_name
+
+    async def tick(self) -> int:
+        """One look: embed every due memory (0 when another process holds the worker's lock,
+        or the lane cannot run here)."""
+        if models.available(self.model_name) is not None:
+            return 0
+        engine = self._own_engine()
+        async with (
+            engine.connect() as conn,
+            session_lock(conn, TICK_LOCK) as held,
+        ):
+            if not held or not await semantic_repo.tables_present(conn):
+                return 0
+            await conn.commit()
+            return await embed_due(engine, model_name=self.model_name, threads=1)
+
+    async def run(self) -> None:
+        """Tick until cancelled, logging what each tick embedded."""
+        try:
+            await run_every(self.interval_s, self.tick, self._report, "embedding")
+        finally:
+            await self.close()
+
+    @staticmethod
+    def _report(done: int) -> None:
+        if done:
+            log.info("semantic lane: %d memories embedded", done)
+
+
+def lifespan(
+    engine: AsyncEngine, interval_s: float, model_name: str
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """A context that runs an :class:`EmbeddingWorker` in the background while it is entered
+    (nothing when ``interval_s`` is 0) and cancels it on exit."""
+    return background(
+        interval_s,
+        lambda: EmbeddingWorker(engine, interval_s=interval_s, model_name=model_name).run(),
+    )
