@@ -288,6 +288,53 @@ def test_a_reader_searches_walks_and_reads(open_tab, keys):
     assert outline != "none"
 
 
+def test_a_slow_answer_never_replaces_the_newer_one(open_tab, keys):
+    """The first search and the first read are held by the network until the second of each
+    has answered: the page keeps showing the second (the query typed last, the memory opened
+    last), and the filters summary names the lanes that ran."""
+    page = open_tab()
+    sign_in(page, keys["reader"])
+    held: list[Any] = []
+
+    def hold_first(route: Any) -> None:
+        if not held:
+            held.append(route)  # answered below, after the newer request
+        else:
+            route.continue_()
+
+    page.route("**/api/search", hold_first)
+    page.fill("#search-query", "enum")
+    page.press("#search-query", "Enter")
+    page.wait_for_function(
+        "() => document.querySelector('#status').textContent.startsWith('Searching')"
+    )
+    newer = search(page, "walrus operator")
+    held[0].continue_()
+    page.wait_for_timeout(1500)  # the held answer arrives and must be dropped
+    assert page.eval_on_selector_all("#results > li", "els => els.map(e => e.dataset.id)") == newer
+    assert page.inner_text("#status").endswith("result(s) for “walrus operator”")
+    assert "[object Object]" not in page.inner_text("#search-filters")
+    assert "lanes: fulltext" in page.inner_text("#search-filters")
+    page.unroute("**/api/search")
+
+    held.clear()
+    page.route("**/api/search/slice", hold_first)
+    page.click("#tab-read")
+    page.fill("#open-id", "pep_0484")
+    page.press("#open-id", "Enter")
+    for _ in range(50):  # the first read reaches the network (and is held there)
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the first read was not sent"
+    assert "PEP 572" in open_id(page, "pep_0572")
+    held[0].continue_()
+    page.wait_for_timeout(1500)
+    assert "PEP 572" in page.inner_text("#read")
+    assert "PEP 484" not in page.inner_text("#read")
+    page.unroute("**/api/search/slice")
+
+
 def test_past_the_budget_the_counter_warns_and_nothing_locks(open_tab, keys):
     page = open_tab()
     sign_in(page, keys["reader"])

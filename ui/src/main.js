@@ -131,11 +131,18 @@ $("#search-more").addEventListener("click", () => {
   if (last) runSearch({ ...last.body, offset: last.answer.offset + last.answer.total }, true);
 });
 
+// Each search, walk and read carries a ticket: an answer that comes back after a newer request
+// was sent is dropped, so a slow answer never replaces the one the user asked for last.
+let searchTicket = 0;
+let walkTicket = 0;
+
 async function runSearch(body, append) {
   if (!body.query) return;
+  const ticket = ++searchTicket;
   say(`Searching for “${body.query}”…`);
   try {
     const { data } = await api.search(body);
+    if (ticket !== searchTicket) return;
     state.search = { body, answer: data };
     renderFilters($("#search-filters"), data.filters);
     const first = append ? $$("#results > li").length : 0;
@@ -146,6 +153,7 @@ async function runSearch(body, append) {
     $("#search-more").hidden = !data.has_more;
     say(`${data.total} result(s) for “${body.query}”`);
   } catch (error) {
+    if (ticket !== searchTicket) return;
     $("#search-summary").textContent = error.detail;
     say(`Search failed: ${error.detail}`);
   }
@@ -172,7 +180,12 @@ function filterSummary(filters) {
   if (!filters) return "Filters";
   const parts = [];
   if ("candidates_capped" in filters) parts.push(filters.candidates_capped ? "candidates capped" : "not capped");
-  if (filters.lanes) parts.push(`lanes: ${[].concat(filters.lanes).join(", ")}`);
+  if (filters.lanes) {
+    const lanes = Array.isArray(filters.lanes) || typeof filters.lanes !== "object"
+      ? [].concat(filters.lanes)
+      : Object.entries(filters.lanes).filter(([, lane]) => lane && lane.ran).map(([name]) => name);
+    parts.push(`lanes: ${lanes.join(", ")}`);
+  }
   if (filters.word_weights) parts.push(`weights: ${filters.word_weights}`);
   if (filters.frontier_capped !== undefined) parts.push(filters.frontier_capped ? "frontier capped" : "frontier not capped");
   return `Filters applied${parts.length ? `: ${parts.join(" · ")}` : ""}`;
@@ -262,10 +275,11 @@ $("#graph-clear").addEventListener("click", () => {
 
 async function expandFrom(seeds) {
   const body = expandBody(seeds);
+  const ticket = ++walkTicket;
   say(`Expanding ${seeds.join(", ")}…`);
   try {
     const { data } = await api.expand(body);
-    state.walk = body;
+    if (ticket === walkTicket) state.walk = body; // the plan explains the newest walk
     const added = await graph.addWalk(data);
     renderWalkFlags(data);
     state.rounds += 1;

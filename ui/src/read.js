@@ -14,6 +14,7 @@ export class Reader {
     this.onExpand = onExpand;
     this.say = say;
     this.answer = null;
+    this.ticket = 0;
     this.window = DEFAULT_WINDOW;
     this.spanIds = new Map(); // parent id → Map(passage index → passage id)
     this.lastRequest = null;
@@ -35,13 +36,16 @@ export class Reader {
 
   /** Open a memory or a passage (its window is centred on it). */
   async open(entityId) {
+    const ticket = ++this.ticket; // a later open or page wins: a slow answer is dropped
     this.say(`Reading ${entityId}…`);
     try {
       const answer = await this.slice({ entity_id: entityId, window: this.window });
+      if (ticket !== this.ticket) return;
       this.show(answer);
       this.say(`Read ${answer.parent_id}: ${answer.total} span(s)`);
       this.onOpened(answer);
     } catch (error) {
+      if (ticket !== this.ticket) return;
       this.answer = null;
       this.showError(error);
       this.say("Nothing to read");
@@ -60,6 +64,7 @@ export class Reader {
     // the verb centres a window on the span it is given: start = p − (window − 1) // 2
     const centre = start + Math.floor((w - 1) / 2);
     const ids = this.spanIds.get(a.parent_id);
+    const ticket = ++this.ticket;
     try {
       if (!ids.has(centre)) {
         const near = [...ids.keys()].sort((x, y) => Math.abs(x - centre) - Math.abs(y - centre))[0];
@@ -68,6 +73,7 @@ export class Reader {
       const id = ids.get(centre);
       if (!id) throw new Error("span not found");
       const answer = await this.slice({ entity_id: id, window: w });
+      if (ticket !== this.ticket) return;
       this.show(answer);
       this.say(`Spans ${answer.window_start + 1}–${answer.window_start + answer.passages.length} of ${answer.passage_total}`);
       this.onOpened(answer);
