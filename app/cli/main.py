@@ -595,7 +595,7 @@ def _database() -> str:
                 f"starting the embedded PostgreSQL 16 in {pgdata}"
                 + (" (first start: initdb, a few seconds)" if first else "")
             )
-            from app.cli_progress import PhaseProgress
+            from app.cli.progress import PhaseProgress
 
             with PhaseProgress() as display:  # initdb on busy cores: lines, not silence
                 display.phase("PostgreSQL starting", None)
@@ -740,7 +740,7 @@ def quickstart(
     else:
         step("the database already holds memories: import skipped")
     step("detecting communities of org_python, then recounting its search statistics")
-    from app.cli_progress import PhaseProgress
+    from app.cli.progress import PhaseProgress
 
     with PhaseProgress() as display:  # a line every few seconds while it works, not silence
         display.phase("communities and search statistics", None)

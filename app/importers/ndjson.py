@@ -546,18 +546,7 @@ async def import_records(
 
 async def analyze(engine: AsyncEngine, *, tables: list[str]) -> None:
     """``ANALYZE`` the tables an import wrote: the planner's statistics, before the recount."""
-    async with engine.connect() as conn:
-        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        raw = (await auto.get_raw_connection()).driver_connection
-        assert raw is not None
-        await raw.execute("SET statement_timeout = 0")  # as the vacuum: not a request's bound
-        try:
-            await raw.execute(
-                f"/* sibyl:import.analyze */ ANALYZE {', '.join(tables)}",
-                timeout=VACUUM_TIMEOUT_S,
-            )
-        finally:
-            await raw.execute("RESET statement_timeout")
+    await imports_repo.analyze(engine, tables, timeout_s=VACUUM_TIMEOUT_S)
 
 
 async def vacuum(engine: AsyncEngine, *, tables: list[str] | None = None) -> None:

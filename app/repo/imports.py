@@ -40,3 +40,19 @@ async def vacuum_analyze(engine: AsyncEngine, names: list[str], *, timeout_s: fl
             )
         finally:
             await raw.execute("RESET statement_timeout")
+
+
+async def analyze(engine: AsyncEngine, names: list[str], *, timeout_s: float) -> None:
+    """``ANALYZE`` the tables ``names`` an import wrote (the planner's statistics, before the
+    search statistics' recount), without the engine's statement timeout (up to ``timeout_s``)."""
+    async with engine.connect() as conn:
+        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        raw = (await auto.get_raw_connection()).driver_connection
+        assert raw is not None
+        await raw.execute("SET statement_timeout = 0")
+        try:
+            await raw.execute(
+                f"/* sibyl:import.analyze */ ANALYZE {', '.join(names)}", timeout=timeout_s
+            )
+        finally:
+            await raw.execute("RESET statement_timeout")
