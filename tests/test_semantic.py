@@ -22,6 +22,7 @@ import secrets
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core import embedder as models
@@ -238,3 +239,40 @@ async def test_the_model_finds_a_paraphrase_that_shares_no_word(vec_engine):
     got = await _ask(vec_engine, ann, "Which puppy plays fetch outdoors?", settings, limit=2)
     assert [r.id for r in got.results][:1] == ["pet"]
     assert got.filters["lanes"]["semantic"]["model"] == models.MINILM
+
+
+async def test_one_memory_id_in_two_orgs_gets_each_its_own_vectors(vec_engine):
+    """Memory ids are unique within an org only: two orgs' ``twin`` are embedded from their own
+    texts (allowed: each org's vectors are its own text's), never from each other's (denied:
+    the other org's text is in neither). Keyed by id alone, one store held both memories'
+    chunks and failed on its own primary key."""
+    orgs = {"org_twa_" + secrets.token_hex(4): "kelp", "org_twb_" + secrets.token_hex(4): "tax"}
+    for org, word in orgs.items():
+        sfx = secrets.token_hex(3)  # users are unique across orgs
+        body = f"{word} {word} {word} notes"
+        await import_dicts(
+            vec_engine,
+            [
+                *org_records(org, sfx, {"ann": "member"}),
+                memory_record(org, sfx, "twin", word, body),
+            ],
+        )
+    await embed_due(vec_engine, model_name=models.HASHING)
+    async with vec_engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT org_id, doc_id, chunk, embedding::text AS v FROM embeddings"
+                    " WHERE org_id = ANY(:orgs) AND memory_id = 'twin' ORDER BY 1, 2, 3"
+                ),
+                {"orgs": list(orgs)},
+            )
+        ).all()
+    by_org: dict[str, list[tuple[str, int, str]]] = {}
+    for r in rows:
+        by_org.setdefault(r.org_id, []).append((r.doc_id, r.chunk, r.v))
+    assert set(by_org) == set(orgs)
+    a, b = (by_org[o] for o in orgs)
+    assert [(d, c) for d, c, _ in a] == [(d, c) for d, c, _ in b]  # the same shape of documents
+    assert len({(d, c) for d, c, _ in a}) == len(a)  # each chunk once
+    assert [v for _, _, v in a] != [v for _, _, v in b]  # each from its own text

@@ -73,19 +73,23 @@ async def embed_due(
         if not memories:
             return done
         texts: list[str] = []
-        where: list[tuple[str, str, int]] = []  # (memory, doc, chunk) of each text
+        # (org, memory, doc, chunk) of each text: a memory id is unique within its org only
+        where: list[tuple[tuple[str, str], str, int]] = []
         for d in docs:
             for n, piece in enumerate(document_chunks(d)):
                 texts.append(piece)
-                where.append((d.memory_id, d.doc_id, n))
+                where.append(((d.org_id, d.memory_id), d.doc_id, n))
         vectors = await asyncio.to_thread(model.encode, texts)
-        by_memory: dict[str, list[tuple[str, int, list[float]]]] = {}
+        by_memory: dict[tuple[str, str], list[tuple[str, int, list[float]]]] = {}
         for (memory, doc, n), v in zip(where, vectors, strict=True):
             by_memory.setdefault(memory, []).append((doc, n, v))
         async with engine.begin() as conn:
             for m in memories:
                 await repo.store(
-                    conn, memory=m, model=model.name, vectors=by_memory.get(m.memory_id, [])
+                    conn,
+                    memory=m,
+                    model=model.name,
+                    vectors=by_memory.get((m.org_id, m.memory_id), []),
                 )
         done += len(memories)
         if progress is not None:
