@@ -24,35 +24,37 @@ async def begin_import(conn: AsyncConnection) -> None:
     await conn.execute(text(IMPORT_LOCK_SQL))
 
 
-async def vacuum_analyze(engine: AsyncEngine, names: list[str], *, timeout_s: float) -> None:
-    """``VACUUM (ANALYZE)`` the tables ``names`` outside any transaction, without the engine's
-    statement timeout (up to ``timeout_s``), after flushing this session's statistics."""
+async def _maintain(engine: AsyncEngine, statements: list[str], *, timeout_s: float) -> None:
+    """Run ``statements`` outside any transaction on one connection, without the engine's
+    statement timeout (the driver's ``timeout_s`` bounds each instead)."""
     async with engine.connect() as conn:
         auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
         raw = (await auto.get_raw_connection()).driver_connection
         assert raw is not None
         await raw.execute("SET statement_timeout = 0")
         try:
-            await raw.execute(FLUSH_STATISTICS_SQL)  # counts of the last second's writes first
-            await raw.execute(
-                f"/* sibyl:import.vacuum */ VACUUM (ANALYZE) {', '.join(names)}",
-                timeout=timeout_s,
-            )
+            for statement in statements:
+                await raw.execute(statement, timeout=timeout_s)
         finally:
             await raw.execute("RESET statement_timeout")
+
+
+async def vacuum_analyze(engine: AsyncEngine, names: list[str], *, timeout_s: float) -> None:
+    """``VACUUM (ANALYZE)`` the tables ``names`` outside any transaction, without the engine's
+    statement timeout (up to ``timeout_s``), after flushing this session's statistics."""
+    await _maintain(
+        engine,
+        [  # counts of the last second's writes first
+            FLUSH_STATISTICS_SQL,
+            f"/* sibyl:import.vacuum */ VACUUM (ANALYZE) {', '.join(names)}",
+        ],
+        timeout_s=timeout_s,
+    )
 
 
 async def analyze(engine: AsyncEngine, names: list[str], *, timeout_s: float) -> None:
     """``ANALYZE`` the tables ``names`` an import wrote (the planner's statistics, before the
     search statistics' recount), without the engine's statement timeout (up to ``timeout_s``)."""
-    async with engine.connect() as conn:
-        auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        raw = (await auto.get_raw_connection()).driver_connection
-        assert raw is not None
-        await raw.execute("SET statement_timeout = 0")
-        try:
-            await raw.execute(
-                f"/* sibyl:import.analyze */ ANALYZE {', '.join(names)}", timeout=timeout_s
-            )
-        finally:
-            await raw.execute("RESET statement_timeout")
+    await _maintain(
+        engine, [f"/* sibyl:import.analyze */ ANALYZE {', '.join(names)}"], timeout_s=timeout_s
+    )
