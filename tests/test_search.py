@@ -139,7 +139,7 @@ async def test_the_memory_an_id_names_comes_before_a_note_that_mentions_it(engin
 WORD = "zephyr"
 
 
-def _rules_world(org: str, sfx: str, omit: str | None) -> list[dict]:
+def _rules_world(org: str, sfx: str, omit: str | None, common: bool = False) -> list[dict]:
     out = _org(
         sfx, org=org, users={"ann": "member", "bob": "member", "dan": "admin", "eve": "member"}
     )
@@ -174,14 +174,26 @@ def _rules_world(org: str, sfx: str, omit: str | None) -> list[dict]:
         ),
     ]
     out += [e for e in entities if e["id"] != omit]
+    if common:  # WORD in more documents than an impact list holds: it takes the lists
+        out += [
+            _ent(org, sfx, f"common_{i}", f"Common {i}", f"{WORD} {SECTION}") for i in range(210)
+        ]
     if omit != "priv_loose":
         out.append({"kind": "grant", "entity": "priv_loose", "user": f"user_eve_{sfx}"})
     return out
 
 
-async def _rules(engine, omit: str | None) -> dict[str, str]:
+async def _rules(engine, omit: str | None, common: bool = False) -> dict[str, str]:
     org, sfx = "org_srules_" + secrets.token_hex(4), secrets.token_hex(3)
-    await import_dicts(engine, _rules_world(org, sfx, omit))
+    await import_dicts(engine, _rules_world(org, sfx, omit, common))
+    if common:
+        await term_stats.refresh_orgs(engine, [org])
+        async with engine.connect() as conn:
+            listed = await conn.scalar(
+                text("SELECT count(*) FROM term_impact_lists WHERE org_id = :o AND lexeme = :w"),
+                {"o": org, "w": WORD},
+            )
+        assert listed, "the world's word must take the impact lists"
     keys = {n: await make_key(engine, f"user_{n}_{sfx}") for n in ("ann", "bob", "dan", "eve")}
     keys["ann@p1"] = await make_key(engine, f"user_ann_{sfx}", projects=["p1"])
     keys["bob@p1"] = await make_key(engine, f"user_bob_{sfx}", projects=["p1"])
@@ -217,6 +229,24 @@ PAIRS = [
     ("p1_doc", ("bob", "dan", "bob@p1"), ("eve",), "private project: members and org admins"),
     ("long_priv", ("ann",), ("bob", "dan"), "a passage is exactly as readable as its parent"),
 ]
+
+
+@pytest.mark.parametrize("row, allowed, denied, why", PAIRS[:2], ids=[p[0] for p in PAIRS[:2]])
+async def test_read_rule_pairs_of_private_memories_through_impact_lists(
+    engine, client, row, allowed, denied, why
+):
+    """The same pairs when the word is common enough to take the impact lists: private
+    memories, which no list holds, reach their owner and grantees through the private arm
+    (own, then granted: two index ranges), and nobody else."""
+    full = await _rules(engine, omit=None, common=True)
+    control = await _rules(engine, omit=row, common=True)
+    for reader in allowed:
+        assert row in _ids(await _transcript(client, full[reader])), (why, reader)
+    for reader in denied:
+        got = await _transcript(client, full[reader])
+        want = await _transcript(client, control[reader])
+        assert json.dumps(got) == json.dumps(want), (why, reader)
+        assert row not in _ids(got), (why, reader)
 
 
 @pytest.mark.parametrize("row, allowed, denied, why", PAIRS, ids=[p[0] for p in PAIRS])

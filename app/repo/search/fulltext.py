@@ -108,12 +108,20 @@ listed AS (  -- a word with lists: the :word_cap best entries of the reader's au
     ) l
 ),
 mine AS MATERIALIZED (  -- the reader's readable private memories (own, granted): no audience
+    -- two index ranges, never a pass over the org's private memories: its own
+    -- (ix_entities_owner_private), then those granted to it by others (ix_entity_grants_user)
     SELECT t.*
     FROM entities t
-    WHERE t.org_id = :r_org AND t.scope = 'private'
-      AND (t.owner_id = :r_user
-           OR t.id IN (SELECT g.entity_id FROM entity_grants g
-                       WHERE g.org_id = :r_org AND g.user_id = :r_user))
+    WHERE t.org_id = :r_org AND t.scope = 'private' AND t.owner_id = :r_user
+      AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
+      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+      AND {readable("t")}
+  UNION ALL
+    SELECT t.*
+    FROM entity_grants g
+    JOIN entities t ON t.org_id = g.org_id AND t.id = g.entity_id
+    WHERE g.org_id = :r_org AND g.user_id = :r_user
+      AND t.scope = 'private' AND t.owner_id <> :r_user
       AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
       AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
       AND {readable("t")}
