@@ -54,6 +54,13 @@ def _contribution(tsv: str) -> str:
     return saturation(_WORD_TF.format(tsv=tsv), f"length({tsv})")
 
 
+# What a private memory of the reader's must pass to be a candidate (the type filter aside: its
+# passages may still match a `passage` filter): both ranges of the private arm apply it.
+_MINE_FILTER = f"""t.lifecycle = ANY(CAST(:lifecycles AS text[]))
+      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
+      AND {readable("t")}"""
+
+
 FULLTEXT_SQL = text(
     f"""/* sibyl:search.fulltext */
 WITH words AS (  -- the query's words, their weights, lexemes and path (lists or scan)
@@ -113,18 +120,14 @@ mine AS MATERIALIZED (  -- the reader's readable private memories (own, granted)
     SELECT t.*
     FROM entities t
     WHERE t.org_id = :r_org AND t.scope = 'private' AND t.owner_id = :r_user
-      AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
-      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-      AND {readable("t")}
+      AND {_MINE_FILTER}
   UNION ALL
     SELECT t.*
     FROM entity_grants g
     JOIN entities t ON t.org_id = g.org_id AND t.id = g.entity_id
     WHERE g.org_id = :r_org AND g.user_id = :r_user
       AND t.scope = 'private' AND t.owner_id <> :r_user
-      AND t.lifecycle = ANY(CAST(:lifecycles AS text[]))
-      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-      AND {readable("t")}
+      AND {_MINE_FILTER}
 ),
 mine_passages AS MATERIALIZED (  -- their current passages (a nested loop from each memory)
     SELECT p.id, p.parent_id, t.type, p.search_tsv
