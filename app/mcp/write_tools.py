@@ -34,7 +34,7 @@ from app.domain.write_schemas import (
     Scope,
     SpanIn,
 )
-from app.mcp.toolkit import PARAMETERS, Surface, read_tool, tool_error, tool_result
+from app.mcp.toolkit import Surface, about, read_tool, tool_error, tool_result
 from app.service.session import run_write
 
 REMEMBER_ANNOTATIONS = ToolAnnotations(
@@ -52,12 +52,6 @@ stale edit. `[[id]]` in `content` links a memory. Not found: absent or hidden.""
 LINK = """Write an edge `src -relationship-> dst` (a `write` key; write access to `src`): \
 dependent -> dependency (DEPENDS_ON), newer -> older (SUPERSEDES), blocker -> blocked (BLOCKS). \
 An existing edge changes nothing; a SUPERSEDES cycle is refused."""
-
-
-def _about(model: type[BaseModel], field: str, fallback: str | None = None) -> Any:
-    return Field(
-        description=PARAMETERS.get(field) or model.model_fields[field].description or fallback
-    )
 
 
 async def run_tool_write(
@@ -88,13 +82,13 @@ def write_tools(surface: Surface) -> list[Tool]:
             StrictStr | None,
             Field(description="On create only: the new memory's id (else one is minted)."),
         ] = None,
-        type: Annotated[StrictStr | None, _about(EntityCreate, "type")] = None,
-        name: Annotated[StrictStr | None, _about(EntityCreate, "name")] = None,
-        content: Annotated[StrictStr | None, _about(EntityCreate, "content")] = None,
-        scope: Annotated[Scope | None, _about(EntityCreate, "scope")] = None,
-        project: Annotated[StrictStr | None, _about(EntityCreate, "project")] = None,
-        lifecycle: Annotated[Lifecycle | None, _about(EntityCreate, "lifecycle")] = None,
-        metadata: Annotated[dict[str, Any] | None, _about(EntityCreate, "metadata")] = None,
+        type: Annotated[StrictStr | None, about(EntityCreate, "type")] = None,
+        name: Annotated[StrictStr | None, about(EntityCreate, "name")] = None,
+        content: Annotated[StrictStr | None, about(EntityCreate, "content")] = None,
+        scope: Annotated[Scope | None, about(EntityCreate, "scope")] = None,
+        project: Annotated[StrictStr | None, about(EntityCreate, "project")] = None,
+        lifecycle: Annotated[Lifecycle | None, about(EntityCreate, "lifecycle")] = None,
+        metadata: Annotated[dict[str, Any] | None, about(EntityCreate, "metadata")] = None,
         spans: Annotated[
             list[SpanIn] | None, Field(description="Declared spans tiling the body, in order.")
         ] = None,
@@ -142,9 +136,9 @@ def write_tools(surface: Surface) -> list[Tool]:
 
     async def link(
         ctx: Context,
-        src: Annotated[StrictStr, _about(EdgeIn, "src")],
-        relationship: Annotated[StrictStr, _about(EdgeIn, "relationship")],
-        dst: Annotated[StrictStr, _about(EdgeIn, "dst")],
+        src: Annotated[StrictStr, about(EdgeIn, "src")],
+        relationship: Annotated[StrictStr, about(EdgeIn, "relationship")],
+        dst: Annotated[StrictStr, about(EdgeIn, "dst")],
     ) -> Annotated[CallToolResult, EdgeOut]:
         """Adapter of ``POST /api/edges``."""
         body = EdgeIn(src=src, relationship=relationship, dst=dst)
