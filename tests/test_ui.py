@@ -349,6 +349,29 @@ def test_past_the_budget_the_counter_warns_and_nothing_locks(open_tab, keys):
     assert len(drawn(page)) > 30  # the fourth walk was drawn too
 
 
+def test_a_node_opens_when_the_page_moved_the_graph_just_before_the_click(open_tab, keys):
+    """The graph is drawn, the pointer has been over it, then something above it (a flag row, a
+    longer result list, a scrollbar) moves it down without resizing it, and the user clicks a
+    node at once: the click opens that node, not whatever was there before the move."""
+    page = open_tab()
+    sign_in(page, keys["reader"])
+    walk_from(page, "pep_0484")
+    box = page.locator("#graph").bounding_box()
+    page.mouse.move(box["x"] + 5, box["y"] + 5)  # the graph notes where it sits
+    page.evaluate(
+        """() => {
+          const spacer = document.createElement('div');
+          spacer.style.height = '180px';
+          document.querySelector('#graph').before(spacer);
+        }"""
+    )
+    assert page.locator("#graph").bounding_box()["y"] == pytest.approx(box["y"] + 180, abs=1)
+    click_node(page, "pep_0484")
+    page.wait_for_function(
+        "() => document.querySelector('#slice-title')?.textContent === 'PEP 484: Type Hints'"
+    )
+
+
 def test_the_outsider_sees_hidden_memories_exactly_as_missing_ones(open_tab, keys):
     reader = open_tab()
     sign_in(reader, keys["reader"])

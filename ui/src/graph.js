@@ -141,6 +141,12 @@ export class Graph {
       if (!node.hasClass("hub")) this.onExpand(node.id());
     });
     this.container.addEventListener("keydown", (event) => this.key(event));
+    // Cytoscape caches where its container sits on the page and refreshes that only on a
+    // resize (after a 100 ms debounce), a scroll or a transition. When a flag row or a result
+    // list moves the graph without resizing it, a click would land on the old spot and miss
+    // the node. A pointerdown comes before the mousedown/touchstart Cytoscape reads, so
+    // measuring again there makes every click hit what is drawn under it.
+    this.container.addEventListener("pointerdown", () => this.cy.resize(), { capture: true });
     return this.cy;
   }
 
