@@ -121,6 +121,41 @@ async def test_import_cuts_derives_and_is_idempotent(engine, tmp_path):
     assert await counts(engine, org) == after_first  # a repeated import changes nothing
 
 
+async def test_a_streamed_import_writes_what_a_whole_file_import_writes(engine):
+    """Records written as they come (windows of two lines, one transaction: the PEP import's
+    way) store the same rows and report the same outcomes as the whole input read first;
+    the pending link to a memory of a later window is resolved as it would be in one batch."""
+    results = {}
+    for streamed in (False, True):
+        org, sfx = "org_str_" + secrets.token_hex(3), secrets.token_hex(3)
+        records = sample(org, sfx)
+        summary = await ndjson.import_records(
+            engine, ndjson.from_dicts(records), batch_size=2, streamed=streamed
+        )
+        results[streamed] = (
+            summary.lines,
+            dict(summary.outcomes),
+            dict(summary.relationships),
+            summary.pending_links,
+            {k: v for k, v in (await counts(engine, org)).items() if k != "state"},
+        )
+    assert results[True] == results[False]
+    assert results[True][4]["mentions"] == 2 and results[True][3] == 1
+
+
+async def test_a_streamed_import_refuses_a_repeated_key_and_writes_nothing(engine):
+    org, sfx = "org_rep_" + secrets.token_hex(3), secrets.token_hex(3)
+    records = sample(org, sfx)
+    again = dict(records[4], name="PEP 484 again")  # pep_0484 a second time, line 11
+    with pytest.raises(ValueError, match="line 11 repeats the key of line 5"):
+        await ndjson.import_records(
+            engine, ndjson.from_dicts([*records, again]), batch_size=2, streamed=True
+        )
+    assert (await counts(engine, org))["entities"] == 0  # one transaction: nothing stays
+    with pytest.raises(ValueError, match="one transaction"):
+        await ndjson.import_records(engine, ndjson.from_dicts(records), streamed=True, atomic=False)
+
+
 async def test_bad_line_names_its_id_and_nothing_of_the_file_is_written(engine, tmp_path):
     org, sfx = "org_bad_" + secrets.token_hex(3), secrets.token_hex(3)
     records = sample(org, sfx)

@@ -169,17 +169,11 @@ def import_peps(
     if not folder.is_dir():
         raise _err(f"no PEP corpus at {folder} (set SIBYL_PEPS_DIR or pass DIR)")
     started = time.monotonic()
-    records: list[dict[str, object]] = []
-    with progress("parsing PEPs", peps.count_peps(folder)) as advance:
-        # bodies are parsed as entities come, by one process per core
-        for record in peps.iter_pep_records(folder, workers=os.cpu_count() or 1):
-            records.append(record)
-            if record["kind"] == "entity":
-                advance(1)
-    parsed = time.monotonic() - started
-    typer.echo(f"parsed {len(records)} records in {parsed:.1f}s", err=True)
-    _run_import(ndjson.from_dicts(records), total=len(records), batch_size=500)
-    typer.echo(f"done in {time.monotonic() - started:.1f}s (PEP parsing {parsed:.1f} s)", err=True)
+    # bodies are parsed by one process per core while the database writes the ones parsed
+    # before them (a streamed import: one transaction, written as the records come)
+    total, records = peps.pep_records(folder, workers=os.cpu_count() or 1)
+    _run_import(ndjson.from_dicts(records), total=total, batch_size=64, streamed=True)
+    typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
 
 
 def _run_import(
@@ -190,11 +184,13 @@ def _run_import(
     atomic: bool = True,
     on_error: Literal["stop", "skip"] = "stop",
     rejects: Path | None = None,
+    streamed: bool = False,
 ) -> Any:
     """Import ``records`` (numbered, as :func:`app.importers.ndjson.read_file` yields them) with
     a progress display of its phases (:class:`app.cli.progress.PhaseProgress`); ``atomic``: all
     or nothing for the whole input (else each batch commits on its own); refused lines of a
-    ``skip`` import written to ``rejects``. Prints the summary and returns it."""
+    ``skip`` import written to ``rejects``; ``streamed``: written as they come (records whose keys
+    are unique, :func:`app.importers.ndjson.import_records`). Prints the summary and returns it."""
     from app.cli.progress import PhaseProgress
     from app.importers import ndjson
 
@@ -211,6 +207,7 @@ def _run_import(
                 on_error=on_error,
                 on_refused=(lambda r: print(r.to_json(), file=out)) if out else None,
                 progress=display,
+                streamed=streamed,
             )
         finally:
             await engine.dispose()

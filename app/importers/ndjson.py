@@ -430,6 +430,37 @@ def last_lines(items: list[tuple[int, Record]]) -> tuple[list[tuple[int, Record]
     return [item for i, item in enumerate(items) if i in keep], overridden
 
 
+def _windows(
+    records: Iterable[Item],
+    size: int,
+    summary: ImportSummary,
+    refused: list[Refusal],
+    *,
+    skip: bool,
+) -> Iterator[list[tuple[int, Record]]]:
+    """The records of a streamed import, ``size`` lines at a time, as they arrive (lines
+    counted and refusals kept as :func:`import_records` does); ``ValueError`` on a repeated
+    key."""
+    first_line: dict[tuple[str, ...], int] = {}
+    window: list[tuple[int, Record]] = []
+    for n, rec in records:
+        summary.lines += 1
+        if isinstance(rec, Refusal):
+            if not skip:
+                raise ImportError_(n, rec.reason)
+            refused.append(rec)
+            continue
+        seen = first_line.setdefault(_key(rec), n)
+        if seen != n:
+            raise ValueError(f"line {n} repeats the key of line {seen} in a streamed import")
+        window.append((n, rec))
+        if len(window) >= size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
 async def import_records(
     engine: AsyncEngine,
     records: Iterable[Item],
@@ -441,6 +472,7 @@ async def import_records(
     on_error: Literal["stop", "skip"] = "stop",
     on_refused: Callable[[Refusal], None] | None = None,
     progress: Progress | None = None,
+    streamed: bool = False,
 ) -> ImportSummary:
     """Write numbered records (as :func:`read_file` yields them); return the summary.
 
@@ -451,68 +483,88 @@ async def import_records(
     left out and given to ``on_refused`` in line order. ``progress`` is told of each phase
     (reading, writing, statistics, vacuum); a command line passes a ``rich`` bar
     (:class:`app.cli.progress.PhaseProgress`).
+
+    ``streamed`` (atomic only, else ``ValueError``): the records are written as they arrive, a
+    window of ``batch_size`` lines at a time, in the one transaction, so that a producer still
+    at work (the PEP parser's processes) runs while the database writes. Last-line-wins needs
+    the whole input first, so the producer vouches that no key appears twice: a repeated key
+    raises ``ValueError`` naming both lines (nothing is written).
     """
     display: Progress = progress or _Silent()
     skip = on_error == "skip"
     summary = ImportSummary()
     refused: list[Refusal] = []
     started = time.perf_counter()
-    display.phase("reading", total)
-    items: list[tuple[int, Record]] = []
-    for n, rec in records:
-        summary.lines += 1
-        if isinstance(rec, Refusal):
-            if not skip:
-                raise ImportError_(n, rec.reason)
-            refused.append(rec)
+    transactions: Iterable[Iterable[list[tuple[int, Record]]]]  # each: the batches it writes
+    if streamed:
+        if not atomic:
+            raise ValueError("a streamed import is written in one transaction (atomic)")
+        summary.timings["reading"] = 0.0  # the lines are read while they are written
+        transactions = [_windows(records, batch_size, summary, refused, skip=skip)]
+    else:
+        display.phase("reading", total)
+        items: list[tuple[int, Record]] = []
+        for n, rec in records:
+            summary.lines += 1
+            if isinstance(rec, Refusal):
+                if not skip:
+                    raise ImportError_(n, rec.reason)
+                refused.append(rec)
+            else:
+                items.append((n, rec))
+            if summary.lines % 5000 == 0:
+                display.advance(5000)
+        display.advance(summary.lines % 5000)
+        winners, overridden = last_lines(items)
+        summary.outcomes.update(overridden)
+        summary.timings["reading"] = time.perf_counter() - started
+        total = len(winners)
+        if atomic:
+            transactions = [[winners]]
         else:
-            items.append((n, rec))
-        if summary.lines % 5000 == 0:
-            display.advance(5000)
-    display.advance(summary.lines % 5000)
-    winners, overridden = last_lines(items)
-    summary.outcomes.update(overridden)
-    summary.timings["reading"] = time.perf_counter() - started
+            transactions = [
+                [winners[i : i + batch_size]] for i in range(0, len(winners), batch_size)
+            ]
 
     started = time.perf_counter()
-    display.phase("writing", len(winners))
-    batches = (
-        [winners]
-        if atomic
-        else [winners[i : i + batch_size] for i in range(0, len(winners), batch_size)]
-    )
+    display.phase("writing", total)
     committed: int | None = None
     with write_rules.settling() as unsettled:
-        for batch in batches:
-            if not batch:
-                continue
+        for batches in transactions:
             outcomes: Counter[str] = Counter()
             relationships: Counter[str] = Counter()
             found: list[Refusal] = []
+            written: list[tuple[int, Record]] = []
             try:
                 async with engine.begin() as conn:
                     await imports_repo.begin_import(conn)
-                    writer = BatchWriter(
-                        conn,
-                        evidence_lines=evidence_lines,
-                        skip=skip,
-                        outcomes=outcomes,
-                        relationships=relationships,
-                        refused=found,
-                        advance=display.advance,
-                        entity_data=entity_data,
-                    )
-                    await writer.write(batch)
+                    for batch in batches:
+                        if not batch:
+                            continue
+                        writer = BatchWriter(
+                            conn,
+                            evidence_lines=evidence_lines,
+                            skip=skip,
+                            outcomes=outcomes,
+                            relationships=relationships,
+                            refused=found,
+                            advance=display.advance,
+                            entity_data=entity_data,
+                        )
+                        await writer.write(batch)
+                        written += batch
             except ImportError_ as exc:
                 exc.committed = committed
                 raise
+            if not written:
+                continue
             if not atomic:
-                committed = batch[-1][0]
+                committed = written[-1][0]
             summary.outcomes.update(outcomes)
             summary.relationships.update(relationships)
             refused += found
-            summary.orgs.update(o for _, rec in batch if (o := getattr(rec, "org", None)))
-            summary.kinds.update(rec.kind for _, rec in batch)
+            summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
+            summary.kinds.update(rec.kind for _, rec in written)
         async with engine.begin() as conn:  # links a concurrent write left: settled now
             if unsettled:
                 await write_rules.settle(conn, unsettled, reader_params=None)

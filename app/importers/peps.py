@@ -80,6 +80,7 @@ __all__ = [
     "author_slug",
     "iter_pep_records",
     "parse_authors",
+    "pep_records",
     "rst_titles_to_markdown",
     "summarize",
 ]
@@ -535,8 +536,17 @@ def iter_pep_records(corpus_dir: Path, *, workers: int = 1) -> Iterator[dict[str
     by that many processes (the CLI uses one per core: parsing is most of a PEP import's time)
     when the first entity is reached. Same records either way.
     """
+    return pep_records(corpus_dir, workers=workers)[1]
+
+
+def pep_records(corpus_dir: Path, *, workers: int = 1) -> tuple[int, Iterator[dict[str, Any]]]:
+    """(how many records there are, known before any body is parsed: a progress bar's total;
+    :func:`iter_pep_records`' iterator). The same errors, from the call."""
     peps = _load_corpus(Path(corpus_dir))
-    return _records(peps, workers=workers)
+    head, tail, project_of, user_ids = _frame(peps)
+    return len(head) + len(peps) + len(tail), _records(
+        head, peps, tail, project_of, user_ids, workers=workers
+    )
 
 
 def _markdown(job: tuple[str, str]) -> str:
@@ -544,7 +554,34 @@ def _markdown(job: tuple[str, str]) -> str:
     return rst_titles_to_markdown(*job)
 
 
-def _records(peps: list[_Pep], *, workers: int = 1) -> Iterator[dict[str, Any]]:
+def _records(
+    head: list[dict[str, Any]],
+    peps: list[_Pep],
+    tail: list[dict[str, Any]],
+    project_of: dict[int, str],
+    user_ids: dict[str, str],
+    *,
+    workers: int = 1,
+) -> Iterator[dict[str, Any]]:
+    yield from head
+    jobs = [(pep.body, str(pep.path)) for pep in peps]
+    with ExitStack() as stack:
+        if workers > 1:  # results come in order as the workers finish them (a progress bar moves)
+            pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
+            contents: Iterable[str] = pool.map(_markdown, jobs, chunksize=16)
+        else:
+            contents = map(_markdown, jobs)
+        for pep, content in zip(peps, contents, strict=True):
+            yield _checked(_entity(pep, project_of[pep.number], user_ids, content))
+    yield from tail
+
+
+def _frame(
+    peps: list[_Pep],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[int, str], dict[str, str]]:
+    """The records around the entities, which need no parse: (the org, users, projects and
+    members before them; the edges and mentions after them; each PEP's project id; each author
+    name's user id)."""
     existing = {pep.number for pep in peps}
     user_ids: dict[str, str] = {}  # author name -> user id
     for pep in peps:
@@ -563,13 +600,11 @@ def _records(peps: list[_Pep], *, workers: int = 1) -> Iterator[dict[str, Any]]:
     }
     project_order = {project_id: i for i, project_id in enumerate(all_projects)}
 
-    yield _checked({"kind": "org", "id": ORG_ID, "name": ORG_NAME})
-    for user_id in sorted(set(user_ids.values())):
-        yield _user(user_id, "member")
-    for user_id, role in _DEMO_USERS:
-        yield _user(user_id, role)
-    for project in all_projects.values():
-        yield _checked(
+    head = [_checked({"kind": "org", "id": ORG_ID, "name": ORG_NAME})]
+    head += [_user(user_id, "member") for user_id in sorted(set(user_ids.values()))]
+    head += [_user(user_id, role) for user_id, role in _DEMO_USERS]
+    head += [
+        _checked(
             {
                 "kind": "project",
                 "id": project.id,
@@ -578,20 +613,15 @@ def _records(peps: list[_Pep], *, workers: int = 1) -> Iterator[dict[str, Any]]:
                 "visibility": project.visibility,
             }
         )
-    for project_id, user_id in sorted(members, key=lambda m: (project_order[m[0]], m[1])):
-        yield _checked(_member(project_id, user_id, "contributor"))
-    for project_id, user_id, role in _DEMO_MEMBERS:
-        yield _checked(_member(project_id, user_id, role))
-
-    jobs = [(pep.body, str(pep.path)) for pep in peps]
-    with ExitStack() as stack:
-        if workers > 1:  # results come in order as the workers finish them (a progress bar moves)
-            pool = stack.enter_context(ProcessPoolExecutor(max_workers=workers))
-            contents: Iterable[str] = pool.map(_markdown, jobs, chunksize=16)
-        else:
-            contents = map(_markdown, jobs)
-        for pep, content in zip(peps, contents, strict=True):
-            yield _checked(_entity(pep, projects[pep.number].id, user_ids, content))
+        for project in all_projects.values()
+    ]
+    head += [
+        _checked(_member(project_id, user_id, "contributor"))
+        for project_id, user_id in sorted(members, key=lambda m: (project_order[m[0]], m[1]))
+    ]
+    head += [
+        _checked(_member(project_id, user_id, role)) for project_id, user_id, role in _DEMO_MEMBERS
+    ]
 
     edges: dict[tuple[str, str, str], None] = {}
     for pep in peps:
@@ -601,8 +631,8 @@ def _records(peps: list[_Pep], *, workers: int = 1) -> Iterator[dict[str, Any]]:
         for src, dst, relationship in pairs:
             if src != dst and src in existing and dst in existing:
                 edges.setdefault((_entity_id(src), _entity_id(dst), relationship), None)
-    for src_id, dst_id, relationship in sorted(edges):
-        yield _checked(
+    tail = [
+        _checked(
             {
                 "kind": "edge",
                 "org": ORG_ID,
@@ -611,18 +641,17 @@ def _records(peps: list[_Pep], *, workers: int = 1) -> Iterator[dict[str, Any]]:
                 "relationship": relationship,
             }
         )
-
-    for pep in peps:
-        for number in sorted(_mentioned(pep.body)):
-            if number != pep.number and number in existing:
-                yield _checked(
-                    {
-                        "kind": "mention",
-                        "org": ORG_ID,
-                        "src": pep.entity_id,
-                        "dst": _entity_id(number),
-                    }
-                )
+        for src_id, dst_id, relationship in sorted(edges)
+    ]
+    tail += [
+        _checked(
+            {"kind": "mention", "org": ORG_ID, "src": pep.entity_id, "dst": _entity_id(number)}
+        )
+        for pep in peps
+        for number in sorted(_mentioned(pep.body))
+        if number != pep.number and number in existing
+    ]
+    return head, tail, {n: p.id for n, p in projects.items()}, user_ids
 
 
 def _user(user_id: str, role: str) -> dict[str, Any]:
