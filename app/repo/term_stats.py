@@ -164,7 +164,9 @@ GROUP BY u.lexeme, d.audience"""
 # :list_length counted documents of the org hold, and per audience its best documents for each,
 # one row per list. Lexemes compare bytewise (COLLATE "C"): the grouping is the cost, and a
 # locale's comparison would be most of it. Each list is ordered within its group only (the
-# aggregates' own sorts, a few hundred rows each), never one sort of every contribution.
+# aggregate's own sort, a few hundred rows each), never one sort of every contribution; its
+# entries are ranked as one composite value (term_impact_entry) so that the group is sorted
+# once, not once per array.
 COUNT_IMPACTS_SQL = text(
     f"""/* sibyl:term_stats.count_impacts */
 CREATE TEMPORARY TABLE counted_impacts ON COMMIT PRESERVE ROWS AS
@@ -189,15 +191,21 @@ contributions AS (  -- per document and common lexeme: BM25's term contribution
     CROSS JOIN LATERAL unnest(d.tsv) u  -- the vector read once per document
     CROSS JOIN LATERAL (SELECT cardinality(u.positions) AS tf) f
     WHERE u.lexeme COLLATE "C" IN (SELECT lexeme FROM common)
+),
+ranked AS (  -- each list: its best entries, ranked with one sort of its own group
+    SELECT c.audience, c.lexeme,
+           (array_agg(CAST((c.doc_id, c.memory_id, c.memory_type, c.impact) AS term_impact_entry)
+                      ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS entries
+    FROM contributions c
+    CROSS JOIN (SELECT CAST(:list_length AS int) AS n) L
+    GROUP BY c.audience, c.lexeme, L.n
 )
-SELECT c.audience, c.lexeme,
-       (array_agg(c.doc_id ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS doc_ids,
-       (array_agg(c.memory_id ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS memory_ids,
-       (array_agg(c.memory_type ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS memory_types,
-       (array_agg(c.impact ORDER BY c.impact DESC, c.doc_id))[1:L.n] AS impacts
-FROM contributions c
-CROSS JOIN (SELECT CAST(:list_length AS int) AS n) L
-GROUP BY c.audience, c.lexeme, L.n"""
+SELECT r.audience, r.lexeme,  -- unnest reads an array in its order
+       ARRAY(SELECT e.doc_id FROM unnest(r.entries) e) AS doc_ids,
+       ARRAY(SELECT e.memory_id FROM unnest(r.entries) e) AS memory_ids,
+       ARRAY(SELECT e.memory_type FROM unnest(r.entries) e) AS memory_types,
+       ARRAY(SELECT e.impact FROM unnest(r.entries) e) AS impacts
+FROM ranked r"""
 )
 
 NEXT_GENERATION_SQL = text(
