@@ -97,6 +97,8 @@ def printable_line(value: str) -> str:
     """``value`` with what :func:`line_problem` refuses made harmless, for text derived from
     a body (a Markdown heading becomes a breadcrumb): each refused character is a space, the
     spaces collapsed."""
+    if value.isascii() and value.isprintable():  # the common case, answered without a loop
+        return " ".join(value.split())
     return " ".join("".join(" " if _off_the_line(c) else c for c in value).split())
 
 
