@@ -71,6 +71,63 @@ def test_a_community_rebuild_vacuums_and_analyzes_what_it_rewrote(database_url, 
         assert after[table][1] > before[table][1], table
 
 
+def test_a_community_rebuild_recounts_only_statistics_a_write_left_out_of_date(
+    database_url, monkeypatch
+):
+    """``make run`` rebuilds communities after its import, which has just counted the search
+    statistics: counting them a second time cost a few seconds of every start. Statistics that
+    are up to date are left as they are; once a write has left them out of date (a memory
+    created since the count), the rebuild recounts them."""
+    import asyncio
+    import secrets
+
+    import asyncpg
+
+    from app.cli.main import _rebuild_communities
+    from app.core.db import make_engine
+    from app.core.settings import get_settings
+    from app.repo import term_stats
+    from tests.builders import import_dicts, memory_record, org_records
+
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    get_settings.cache_clear()
+    sfx = secrets.token_hex(3)
+    org = f"org_rebuild_{sfx}"
+
+    async def write(records: list[dict[str, object]], *, count: bool) -> None:
+        engine = make_engine(database_url)
+        try:
+            await import_dicts(engine, records)
+            if count:
+                await term_stats.refresh_orgs(engine, [org])
+        finally:
+            await engine.dispose()
+
+    async def counted() -> dict[str, tuple[bool, object]]:
+        conn = await asyncpg.connect(database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT audience, fresh, refreshed_at FROM term_audiences WHERE org_id = $1", org
+            )
+        finally:
+            await conn.close()
+        return {r["audience"]: (r["fresh"], r["refreshed_at"]) for r in rows}
+
+    records = org_records(org, sfx, {"ann": "member"})
+    records += [memory_record(org, sfx, f"m_{i}", f"Note {i}", f"otter {i}") for i in range(3)]
+    asyncio.run(write(records, count=True))
+    before = asyncio.run(counted())
+    assert before and all(fresh for fresh, _ in before.values())
+    _rebuild_communities([org])
+    assert asyncio.run(counted()) == before  # up to date: not counted again
+
+    asyncio.run(write([memory_record(org, sfx, "m_new", "Late", "otter late")], count=False))
+    _rebuild_communities([org])
+    after = asyncio.run(counted())
+    assert all(fresh for fresh, _ in after.values())
+    assert after["p2"][1] > before["p2"][1]  # the out-of-date audience was counted again
+
+
 def test_a_deleted_demo_user_gets_no_key_and_the_set_up_goes_on(
     database_url, monkeypatch, tmp_path, capsys
 ):

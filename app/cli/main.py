@@ -299,7 +299,8 @@ def communities_rebuild(
     ] = None,
 ) -> None:
     """Re-detect and replace communities, per org in one transaction, and recount the search
-    word statistics (as ``stats refresh``); print a summary each."""
+    word statistics of an org whose statistics a write left out of date (``stats refresh``
+    recounts them whatever their state); print a summary each."""
     _rebuild_communities([org] if org else None)
 
 
@@ -447,7 +448,12 @@ def _rebuild_communities(orgs: list[str] | None, *, skip_missing: bool = False) 
                                 f" {REBUILD_ATTEMPTS} rebuilds; its communities stay retired"
                                 " (run it again when writes are fewer)"
                             ) from None
-            await term_stats.refresh_orgs(engine, chosen)  # the search statistics too
+            # search statistics a write left out of date (a rebuild changes no search
+            # document: after an import, which recounts them, there is nothing to do here)
+            async with engine.connect() as conn:
+                due = await term_stats.due_orgs(conn, chosen)
+            if due:
+                await term_stats.refresh_orgs(engine, due)
             # a bulk rewrite: fresh statistics and visibility map (autovacuum may be off)
             async with engine.connect() as conn:
                 await vacuum(await conn.execution_options(isolation_level="AUTOCOMMIT"))
@@ -736,7 +742,10 @@ def quickstart(
         import_peps(None)
     else:
         step("the database already holds memories: import skipped")
-    step("detecting communities of org_python, then recounting its search statistics")
+    step(
+        "detecting communities of org_python (and recounting its search statistics if a write"
+        " left them out of date)"
+    )
     from app.cli.progress import PhaseProgress
 
     with PhaseProgress() as display:  # a line every few seconds while it works, not silence
