@@ -430,26 +430,37 @@ def last_lines(items: list[tuple[int, Record]]) -> tuple[list[tuple[int, Record]
     return [item for i, item in enumerate(items) if i in keep], overridden
 
 
-def _windows(
+def _accepted(
     records: Iterable[Item],
-    size: int,
     summary: ImportSummary,
     refused: list[Refusal],
     *,
     skip: bool,
-) -> Iterator[list[tuple[int, Record]]]:
-    """The records of a streamed import, ``size`` lines at a time, as they arrive (lines
-    counted and refusals kept as :func:`import_records` does); ``ValueError`` on a repeated
-    key."""
-    first_line: dict[tuple[str, ...], int] = {}
-    window: list[tuple[int, Record]] = []
+    advance: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, Record]]:
+    """The records of ``records`` that are no refusal, in order, each line counted in
+    ``summary.lines``: a refusal raises ``ImportError_``, or with ``skip`` joins ``refused``;
+    ``advance`` (a progress display) is told of every 5,000 lines read."""
     for n, rec in records:
         summary.lines += 1
+        if advance is not None and summary.lines % 5000 == 0:
+            advance(5000)
         if isinstance(rec, Refusal):
             if not skip:
                 raise ImportError_(n, rec.reason)
             refused.append(rec)
             continue
+        yield n, rec
+
+
+def _windows(
+    records: Iterable[tuple[int, Record]], size: int
+) -> Iterator[list[tuple[int, Record]]]:
+    """A streamed import's records, ``size`` lines at a time, as they arrive; ``ValueError``
+    on a repeated key."""
+    first_line: dict[tuple[str, ...], int] = {}
+    window: list[tuple[int, Record]] = []
+    for n, rec in records:
         seen = first_line.setdefault(_key(rec), n)
         if seen != n:
             raise ValueError(f"line {n} repeats the key of line {seen} in a streamed import")
@@ -500,20 +511,11 @@ async def import_records(
         if not atomic:
             raise ValueError("a streamed import is written in one transaction (atomic)")
         summary.timings["reading"] = 0.0  # the lines are read while they are written
-        transactions = [_windows(records, batch_size, summary, refused, skip=skip)]
+        accepted = _accepted(records, summary, refused, skip=skip)
+        transactions = [_windows(accepted, batch_size)]
     else:
         display.phase("reading", total)
-        items: list[tuple[int, Record]] = []
-        for n, rec in records:
-            summary.lines += 1
-            if isinstance(rec, Refusal):
-                if not skip:
-                    raise ImportError_(n, rec.reason)
-                refused.append(rec)
-            else:
-                items.append((n, rec))
-            if summary.lines % 5000 == 0:
-                display.advance(5000)
+        items = list(_accepted(records, summary, refused, skip=skip, advance=display.advance))
         display.advance(summary.lines % 5000)
         winners, overridden = last_lines(items)
         summary.outcomes.update(overridden)
