@@ -7,7 +7,8 @@
    six-word question) are asked with the semantic lane on (the ``hashing`` embedder for the
    query): database time and buffers, as ``bench run`` measures the lexical lanes.
 2. **Exact for a restricted reader**: a key restricted to one project gets the semantic lane's
-   answer as served, compared with the exact statement's (every readable vector compared).
+   answer as served (the lane alone: no lexical lane, no promotion, which adds a neighbour of a
+   result by its edge), compared with the exact statement's (every readable vector compared).
 3. **One LoCoMo question end to end over REST** (lexical, the service's defaults): the five
    conversations imported into the same database (their own org), ``sibyl-pg serve`` started,
    every question asked once in turn on one keep-alive connection; p50/p95 of the round trip.
@@ -174,13 +175,14 @@ async def measure_semantic(
                 f"search {query!r} with the semantic lane: db p50 {out[label]['db_ms']['p50']} ms,"
                 f" {out[label]['lane']}"
             )
-        # the restricted reader: the lane as served against the exact statement
+        # the restricted reader: the lane as served against the exact statement (the lane's
+        # own rows: without promotion, which would add a neighbour of a result by its edge)
         async with read_tx(engine) as conn:
             served = await search(
                 conn,
                 restricted,
                 SearchRequest(query=SEARCH_QUESTION, limit=50),
-                pipeline=pipeline.replace(fulltext=False, exact=False),
+                pipeline=pipeline.replace(fulltext=False, exact=False, promote=False),
             )
             vector = (
                 await asyncio.to_thread(
