@@ -107,7 +107,11 @@ def test_preview_prefix_validates_its_input() -> None:
 
 
 _text = st.text(
-    alphabet=st.sampled_from(["a", "b", " ", "\n", "\t", "\u00a0", "é", "\u2028", "-"]),
+    alphabet=st.sampled_from(["a", "b", " ", "\n", "\r", "\t", "\u00a0", "é", "\u2028", "-"]),
+    max_size=120,
+)
+_simple = st.text(
+    alphabet=st.sampled_from(["a", "b", " ", "\n", "\r", "\t", "-", "é", "日", "\u0600"]),
     max_size=120,
 )
 
@@ -134,6 +138,26 @@ def test_preview_prefix_agrees_with_preview(content: str, budget: int) -> None:
     assert preview_prefix(prefix, len(content), budget) == preview(content, budget)
     # a longer prefix than needed gives the same answer too
     assert preview_prefix(content, len(content), budget) == preview(content, budget)
+
+
+@settings(max_examples=cases(200, 500), deadline=None)
+@given(_simple, st.integers(0, 130))
+def test_simple_text_previews_follow_the_rule(content: str, budget: int) -> None:
+    """Content without a joining character takes a path of its own (no segmentation): the
+    same answers; CR LF (which joins) kept whole, a cut never lands between them."""
+    assert preview(content, budget) == reference(content, budget)
+
+
+@pytest.mark.parametrize(
+    ("content", "budget", "expected"),
+    [
+        ("x" * 9 + "\r\n" + "y" * 10, 10, "x" * 9 + "..."),  # not between CR and LF
+        ("abcd efgh\r\nijkl", 10, "abcd efgh..."),  # the LF is no whitespace to cut at
+        ("a" * 6 + "\r\n" + "b" * 10, 8, "a" * 6 + "..."),
+    ],
+)
+def test_an_ascii_cut_keeps_cr_lf_whole(content: str, budget: int, expected: str) -> None:
+    assert preview(content, budget) == reference(content, budget) == (expected, True)
 
 
 def test_large_budget_is_fast_on_unbroken_text() -> None:
