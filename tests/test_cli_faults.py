@@ -230,3 +230,55 @@ def test_the_installed_script_says_a_malformed_url_in_one_line() -> None:
     assert "port that is not a number" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
     assert "s3cret-pw" not in done.stderr + done.stdout
+
+
+PEPS = Path(
+    os.environ.get("SIBYL_PEPS_DIR", Path(__file__).parents[2] / "shared" / "data" / "peps")
+)
+
+
+def _drop_title(folder: Path) -> None:
+    path = folder / "pep-0008.rst"
+    path.write_text(
+        "".join(line for line in path.read_text().splitlines(True) if not line.startswith("Title:"))
+    )
+
+
+def _not_utf8(folder: Path) -> None:
+    with (folder / "pep-0008.rst").open("ab") as fh:
+        fh.write(b"\xff")
+
+
+def _empty(folder: Path) -> None:
+    for path in folder.iterdir():
+        path.unlink()
+
+
+@pytest.mark.parametrize(
+    ("break_it", "says"),
+    [
+        (_drop_title, "pep-0008.rst: missing header(s): title"),
+        (_not_utf8, "pep-0008.rst: not UTF-8 text"),
+        (_empty, "no pep-NNNN.rst file in"),
+    ],
+    ids=["no-title", "not-utf8", "no-pep"],
+)
+def test_a_pep_corpus_that_cannot_be_imported_is_one_line_naming_the_file(
+    cli_run: Cli, database_url: str, tmp_path: Path, break_it: Callable[[Path], None], says: str
+) -> None:
+    """A trial got a 47-line traceback for a PEP without its Title header, and a folder holding
+    no PEP was reported as a database that could not be used: now one line naming the file (or
+    the folder), exit status 1, before anything is written."""
+    if not PEPS.is_dir():
+        pytest.skip(f"PEP corpus not found at {PEPS}")
+    corpus = tmp_path / "peps"
+    corpus.mkdir()
+    for number in (1, 8, 20):
+        name = f"pep-{number:04d}.rst"
+        (corpus / name).write_bytes((PEPS / name).read_bytes())
+    break_it(corpus)
+    done = cli_run(database_url, "import-peps", str(corpus))
+    assert done.returncode == 1, done.stderr
+    assert says in done.stderr and f"the PEP corpus at {corpus} cannot be imported" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    assert "cannot use the database" not in done.stderr

@@ -171,7 +171,10 @@ def import_peps(
     started = time.monotonic()
     # bodies are parsed by one process per core while the database writes the ones parsed
     # before them (a streamed import: one transaction, written as the records come)
-    total, records = peps.pep_records(folder, workers=os.cpu_count() or 1)
+    try:  # every file is read and its headers checked here, before anything is written
+        total, records = peps.pep_records(folder, workers=os.cpu_count() or 1)
+    except (OSError, ValueError) as exc:  # a file the corpus cannot hold, named in the message
+        raise _err(f"the PEP corpus at {folder} cannot be imported: {exc}") from None
     _run_import(ndjson.from_dicts(records), total=total, batch_size=64, streamed=True)
     typer.echo(f"done in {time.monotonic() - started:.1f}s", err=True)
 
