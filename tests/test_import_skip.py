@@ -264,6 +264,53 @@ async def test_skip_leaves_out_what_depends_on_a_refused_line(engine):
     )
 
 
+async def test_with_skip_a_refused_line_overrides_nothing(engine):
+    """A trial's file stated ``mem_y`` on line 1, then on line 2 a line the rules refuse (the
+    reserved type ``passage``; or a project that does not exist): ``mem_y`` was stored by
+    neither, listed by neither, and the summary counted line 1 as overridden. A refused line is
+    now as if it were not in the file: line 1 is written, line 2 alone is in the rejects. The
+    pair: a later line the rules accept still wins over line 1."""
+    t = await Team().load(engine)
+
+    def note(line_id: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "kind": "entity",
+            "org": t.org,
+            "id": line_id,
+            "type": "note",
+            "name": "Y",
+            "content": "kept",
+            "project": "p1",
+            "owner": t.u("ann"),
+            **fields,
+        }
+
+    cases = [
+        ("refused_type", {"type": "passage"}, "kept", "reserved type"),
+        ("refused_project", {"project": "no_such_project"}, "kept", "missing reference"),
+        ("accepted", {"content": "the later line"}, "the later line", None),
+    ]
+    for suffix, later, stored, rule in cases:
+        mem = f"mem_{suffix}"
+        refused: list[ndjson.Refusal] = []
+        summary = await ndjson.import_records(
+            engine,
+            ndjson.from_dicts([note(mem), note(mem, **later)]),
+            on_error="skip",
+            on_refused=refused.append,
+        )
+        content = await scalar(
+            engine, "SELECT content FROM entities WHERE org_id = :o AND id = :i", o=t.org, i=mem
+        )
+        assert content == stored, suffix
+        if rule is None:
+            assert refused == [] and summary.outcomes["entity:overridden"] == 1
+        else:
+            assert [(r.line, r.rule) for r in refused] == [(2, rule)], suffix
+            assert summary.outcomes["entity:created"] == 1
+            assert "entity:overridden" not in summary.outcomes
+
+
 async def passages_of(engine, org: str, parent: str) -> list[tuple[str, int, str]]:
     async with engine.connect() as conn:
         rows = await conn.execute(

@@ -37,11 +37,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
 from pydantic import (
     AfterValidator,
@@ -472,6 +472,48 @@ def _windows(
         yield window
 
 
+class _Earlier(NamedTuple):
+    """The lines a later line of the same key overrode (``lines``, by key, in line order) and
+    the key of every line of such a key (``key_of``, by line number)."""
+
+    lines: dict[tuple[str, ...], list[tuple[int, Record]]]
+    key_of: dict[int, tuple[str, ...]]
+
+
+def _earlier_lines(items: list[tuple[int, Record]]) -> _Earlier:
+    """What :func:`last_lines` overrode in ``items``: each key stated on more than one line."""
+    by_key: dict[tuple[str, ...], list[tuple[int, Record]]] = defaultdict(list)
+    for item in items:
+        by_key[_key(item[1])].append(item)
+    repeated = {key: found for key, found in by_key.items() if len(found) > 1}
+    return _Earlier(
+        {key: found[:-1] for key, found in repeated.items()},
+        {n: key for key, found in repeated.items() for n, _ in found},
+    )
+
+
+def _fallbacks(
+    refusals: list[Refusal], earlier: _Earlier, outcomes: Counter[str]
+) -> list[tuple[int, Record]]:
+    """With ``skip``, a refused line overrides nothing (rule: import-idempotent): for each
+    of ``refusals`` whose key an earlier line stated, that line (the latest of them) is written
+    instead, as if the refused line were not in the file; it is no longer counted as
+    overridden in ``outcomes``. Taken out of ``earlier``; in line order."""
+    out: list[tuple[int, Record]] = []
+    for refusal in refusals:
+        key = earlier.key_of.get(refusal.line)
+        lines = earlier.lines.get(key) if key is not None else None
+        if not lines:
+            continue
+        n, rec = lines.pop()
+        counted = f"{rec.kind}:overridden"
+        outcomes[counted] -= 1
+        if outcomes[counted] <= 0:
+            del outcomes[counted]
+        out.append((n, rec))
+    return sorted(out, key=lambda item: item[0])
+
+
 async def import_records(
     engine: AsyncEngine,
     records: Iterable[Item],
@@ -507,6 +549,7 @@ async def import_records(
     refused: list[Refusal] = []
     started = time.perf_counter()
     transactions: Iterable[Iterable[list[tuple[int, Record]]]]  # each: the batches it writes
+    earlier = _Earlier({}, {})  # with skip: what a later line overrode (see _fallbacks)
     if streamed:
         if not atomic:
             raise ValueError("a streamed import is written in one transaction (atomic)")
@@ -519,6 +562,8 @@ async def import_records(
         display.advance(summary.lines % 5000)
         winners, overridden = last_lines(items)
         summary.outcomes.update(overridden)
+        if skip:
+            earlier = _earlier_lines(items)
         summary.timings["reading"] = time.perf_counter() - started
         total = len(winners)
         if atomic:
@@ -541,27 +586,29 @@ async def import_records(
                 async with engine.begin() as conn:
                     await imports_repo.begin_import(conn)
                     for batch in batches:
-                        if not batch:
-                            continue
-                        writer = BatchWriter(
-                            conn,
-                            evidence_lines=evidence_lines,
-                            skip=skip,
-                            outcomes=outcomes,
-                            relationships=relationships,
-                            refused=found,
-                            advance=display.advance,
-                            entity_data=entity_data,
-                        )
-                        await writer.write(batch)
-                        written += batch
+                        seen = len(found)
+                        while batch:
+                            writer = BatchWriter(
+                                conn,
+                                evidence_lines=evidence_lines,
+                                skip=skip,
+                                outcomes=outcomes,
+                                relationships=relationships,
+                                refused=found,
+                                advance=display.advance,
+                                entity_data=entity_data,
+                            )
+                            await writer.write(batch)
+                            written += batch
+                            batch = _fallbacks(found[seen:], earlier, summary.outcomes)
+                            seen = len(found)
             except ImportError_ as exc:
                 exc.committed = committed
                 raise
             if not written:
                 continue
             if not atomic:
-                committed = written[-1][0]
+                committed = max(n for n, _ in written)
             summary.outcomes.update(outcomes)
             summary.relationships.update(relationships)
             refused += found
