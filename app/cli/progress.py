@@ -141,8 +141,8 @@ class PhaseProgress:
             self.beat.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._end_phase()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self._end_phase(stopped=exc_type is not None)
         self.finished.set()
         if self.beat is not None:
             self.beat.join()
@@ -154,16 +154,21 @@ class PhaseProgress:
         done = f"{self.done}/{self.total} " if self.total else ""
         console.print(f"  {self.label}: {done}({now - self.started:.0f} s){suffix}")
 
-    def _end_phase(self) -> None:
+    def _end_phase(self, *, stopped: bool = False) -> None:
+        """End the running phase: done, or ``stopped`` (an error or Ctrl-C ended the job: the
+        phase is not shown as complete)."""
         with self.lock:
             if not self.label:
                 return
-            if self.bar is not None and self.task is not None:
+            elapsed = time.monotonic() - self.started
+            if stopped:
+                console.print(f"  {self.label}: stopped after {elapsed:.1f} s")
+            elif self.bar is not None and self.task is not None:
                 self.bar.update(
                     self.task, completed=self.total or self.done, total=self.total or self.done or 1
                 )
             elif self.bar is None:
-                console.print(f"  {self.label}: done in {time.monotonic() - self.started:.1f} s")
+                console.print(f"  {self.label}: done in {elapsed:.1f} s")
             self.label = ""
 
     def phase(self, label: str, total: int | None) -> None:
