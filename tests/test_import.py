@@ -143,6 +143,37 @@ async def test_a_streamed_import_writes_what_a_whole_file_import_writes(engine):
     assert results[True][4]["mentions"] == 2 and results[True][3] == 1
 
 
+async def test_a_role_that_may_not_skip_row_checks_imports_the_same(engine, monkeypatch):
+    """Where the database role may not set ``session_replication_role`` (no superuser), the
+    import leaves the foreign-key checks to PostgreSQL, row by row, their plans kept: the same
+    rows and outcomes as a role that skips them, and a missing reference still named."""
+    from app.repo import bulk as bulk_repo
+
+    results = {}
+    for can_skip in (True, False):
+
+        async def may_skip(conn, can_skip: bool = can_skip) -> bool:
+            return can_skip
+
+        monkeypatch.setattr(bulk_repo, "may_skip_row_checks", may_skip)
+        org, sfx = "org_rc_" + secrets.token_hex(3), secrets.token_hex(3)
+        summary = await ndjson.import_records(engine, ndjson.from_dicts(sample(org, sfx)))
+        stored = {k: v for k, v in (await counts(engine, org)).items() if k != "state"}
+        results[can_skip] = (dict(summary.outcomes), dict(summary.relationships), stored)
+        missing = {
+            "kind": "edge",
+            "org": org,
+            "src": "pep_0484",
+            "dst": "nope",
+            "relationship": "x",
+        }
+        broken = [*sample(org, sfx)[:4], missing]
+        with pytest.raises(ndjson.ImportError_, match="line 5") as refused:
+            await ndjson.import_records(engine, ndjson.from_dicts(broken))
+        assert "nope" in refused.value.reason
+    assert results[False] == results[True]
+
+
 async def test_a_streamed_import_refuses_a_repeated_key_and_writes_nothing(engine):
     org, sfx = "org_rep_" + secrets.token_hex(3), secrets.token_hex(3)
     records = sample(org, sfx)
