@@ -38,8 +38,12 @@ E_ACUTE = "e\u0301"  # e + combining acute accent
         ("caf" + E_ACUTE + "s and more", 5, "caf" + E_ACUTE + "..."),
         (FAMILY * 3, 3, "..."),  # one cluster longer than the budget: left out whole
         ("word \u0301tail" + "x" * 20, 8, "word..."),  # a space carrying a mark starts a cluster
+        ("xxxx\u1cf5\u0915yyyy", 5, "xxxx..."),  # a Vedic sign joins the letter after it
     ],
-    ids=["flag-10", "flag-11", "family-5", "family-9", "accent-4", "accent-5", "long", "mark"],
+    ids=[
+        *("flag-10", "flag-11", "family-5", "family-9", "accent-4", "accent-5", "long", "mark"),
+        "vedic",
+    ],
 )
 def test_a_cut_never_splits_a_grapheme_cluster(content: str, budget: int, expected: str) -> None:
     assert preview(content, budget) == (expected, True)
@@ -111,7 +115,9 @@ _text = st.text(
     max_size=120,
 )
 _simple = st.text(
-    alphabet=st.sampled_from(["a", "b", " ", "\n", "\r", "\t", "-", "é", "日", "\u0600"]),
+    alphabet=st.sampled_from(
+        ["a", "b", " ", "\n", "\r", "\t", "-", "é", "日", "\u0600", "\u1cf5", "\u0915"]
+    ),
     max_size=120,
 )
 
@@ -143,8 +149,8 @@ def test_preview_prefix_agrees_with_preview(content: str, budget: int) -> None:
 @settings(max_examples=cases(200, 500), deadline=None)
 @given(_simple, st.integers(0, 130))
 def test_simple_text_previews_follow_the_rule(content: str, budget: int) -> None:
-    """Content without a joining character takes a path of its own (no segmentation): the
-    same answers; CR LF (which joins) kept whole, a cut never lands between them."""
+    """ASCII content without CR takes a path of its own (no segmentation): the same answers as
+    the segmented path, for ASCII and for any other text, CR LF (which joins) kept whole."""
     assert preview(content, budget) == reference(content, budget)
 
 
