@@ -311,6 +311,74 @@ async def test_with_skip_a_refused_line_overrides_nothing(engine):
             assert "entity:overridden" not in summary.outcomes
 
 
+async def test_with_skip_a_refused_line_is_as_if_it_were_not_in_the_file(engine):
+    """A review's cases: what refers to a key whose last line is refused (an edge, a mention)
+    finds the earlier line's row, and SUPERSEDES cycles are judged in line order without the
+    refused line: the same rows as the file without that line."""
+    t = await Team().load(engine)
+
+    def memory(mid: str, owner: str) -> dict[str, Any]:
+        return {
+            "kind": "entity",
+            "org": t.org,
+            "id": mid,
+            "type": "note",
+            "name": mid,
+            "content": f"{mid} body",
+            "project": "p1",
+            "owner": owner,
+        }
+
+    def edge(src: str, dst: str, rel: str) -> dict[str, Any]:
+        return {"kind": "edge", "org": t.org, "src": src, "dst": dst, "relationship": rel}
+
+    ann = t.u("ann")
+    refused: list[ndjson.Refusal] = []
+    summary = await ndjson.import_records(
+        engine,
+        ndjson.from_dicts(
+            [
+                memory("rf_a", ann),
+                memory("rf_b", ann),
+                edge("rf_a", "rf_b", "DEPENDS_ON"),
+                {"kind": "mention", "org": t.org, "src": "rf_b", "dst": "rf_a"},
+                memory("rf_a", "user_nobody"),  # refused: no such user
+            ]
+        ),
+        on_error="skip",
+        on_refused=refused.append,
+    )
+    assert [(r.line, r.rule) for r in refused] == [(5, "missing reference")]
+    assert summary.outcomes["edge:written"] == 1 and summary.outcomes["mention:written"] == 1
+    assert summary.outcomes["entity:created"] == 2
+
+    refused.clear()
+    await ndjson.import_records(
+        engine,
+        ndjson.from_dicts(
+            [
+                memory("rc_a", ann),
+                memory("rc_b", ann),
+                edge("rc_a", "rc_b", "SUPERSEDES"),
+                edge("rc_b", "rc_a", "SUPERSEDES"),  # closes a cycle
+                edge("rc_a", "rc_b", "SUPERSEDES"),  # the first line again
+            ]
+        ),
+        on_error="skip",
+        on_refused=refused.append,
+    )
+    stored = await scalar(
+        engine,
+        "SELECT string_agg(src_id || '>' || dst_id, ',') FROM edges"
+        " WHERE org_id = :o AND src_id IN ('rc_a', 'rc_b')",
+        o=t.org,
+    )
+    assert stored == "rc_a>rc_b"  # as in the file without its last line
+    # every line not written is listed: line 4 (a cycle after line 3), line 5 (refused as the
+    # last word on its key, a cycle after line 4 in the file as written)
+    assert [r.line for r in refused] == [4, 5]
+
+
 async def passages_of(engine, org: str, parent: str) -> list[tuple[str, int, str]]:
     async with engine.connect() as conn:
         rows = await conn.execute(

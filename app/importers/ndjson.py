@@ -494,12 +494,14 @@ def _earlier_lines(items: list[tuple[int, Record]]) -> _Earlier:
 
 def _fallbacks(
     refusals: list[Refusal], earlier: _Earlier, outcomes: Counter[str]
-) -> list[tuple[int, Record]]:
-    """With ``skip``, a refused line overrides nothing (rule: import-idempotent): for each
-    of ``refusals`` whose key an earlier line stated, that line (the latest of them) is written
-    instead, as if the refused line were not in the file; it is no longer counted as
-    overridden in ``outcomes``. Taken out of ``earlier``; in line order."""
-    out: list[tuple[int, Record]] = []
+) -> list[tuple[int, tuple[int, Record]]]:
+    """With ``skip``, a refused line overrides nothing (rule: import-idempotent): for each of
+    ``refusals`` whose key an earlier line stated, (the refused line, that earlier line: the
+    latest of them), taken out of ``earlier`` and no longer counted as overridden in
+    ``outcomes``. The caller writes the batch again without the refused lines and with these,
+    as if the refused lines were not in the file: what refers to the key, later in the batch,
+    finds it, and the lines keep their order."""
+    out: list[tuple[int, tuple[int, Record]]] = []
     for refusal in refusals:
         key = earlier.key_of.get(refusal.line)
         lines = earlier.lines.get(key) if key is not None else None
@@ -510,8 +512,12 @@ def _fallbacks(
         outcomes[counted] -= 1
         if outcomes[counted] <= 0:
             del outcomes[counted]
-        out.append((n, rec))
-    return sorted(out, key=lambda item: item[0])
+        out.append((refusal.line, (n, rec)))
+    return out
+
+
+def _no_progress(_n: int) -> None:
+    """A batch written again is not counted twice by the progress display."""
 
 
 async def import_records(
@@ -586,22 +592,46 @@ async def import_records(
                 async with engine.begin() as conn:
                     await imports_repo.begin_import(conn)
                     for batch in batches:
-                        seen = len(found)
-                        while batch:
+                        attempt, first = batch, True
+                        swapped_out: list[Refusal] = []  # refused lines an earlier one replaced
+                        while attempt:
+                            # with skip and a key stated twice, the batch may be written again
+                            # (see _fallbacks): from a savepoint, its counts kept apart till then
+                            retry = await conn.begin_nested() if skip and earlier.lines else None
+                            tried: tuple[Counter[str], Counter[str], list[Refusal]] = (
+                                Counter(),
+                                Counter(),
+                                [],
+                            )
                             writer = BatchWriter(
                                 conn,
                                 evidence_lines=evidence_lines,
                                 skip=skip,
-                                outcomes=outcomes,
-                                relationships=relationships,
-                                refused=found,
-                                advance=display.advance,
+                                outcomes=tried[0],
+                                relationships=tried[1],
+                                refused=tried[2],
+                                advance=display.advance if first else _no_progress,
                                 entity_data=entity_data,
                             )
-                            await writer.write(batch)
-                            written += batch
-                            batch = _fallbacks(found[seen:], earlier, summary.outcomes)
-                            seen = len(found)
+                            await writer.write(attempt)
+                            swaps = _fallbacks(tried[2], earlier, summary.outcomes)
+                            if not swaps:
+                                if retry is not None:
+                                    await retry.commit()
+                                outcomes.update(tried[0])
+                                relationships.update(tried[1])
+                                found.extend(swapped_out + tried[2])
+                                written += attempt
+                                break
+                            assert retry is not None
+                            await retry.rollback()
+                            gone = {line for line, _ in swaps}
+                            swapped_out += [r for r in tried[2] if r.line in gone]
+                            attempt = sorted(
+                                [item for item in attempt if item[0] not in gone]
+                                + [item for _, item in swaps]
+                            )
+                            first = False
             except ImportError_ as exc:
                 exc.committed = committed
                 raise
