@@ -52,7 +52,7 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
 )
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import BadRequest
 from app.domain import write_rules
@@ -520,6 +520,60 @@ def _no_progress(_n: int) -> None:
     """A batch written again is not counted twice by the progress display."""
 
 
+async def _write_batch(
+    conn: AsyncConnection,
+    batch: list[tuple[int, Record]],
+    earlier: _Earlier,
+    *,
+    skip: bool,
+    evidence_lines: int,
+    into: tuple[Counter[str], Counter[str], list[Refusal]],
+    overridden: Counter[str],
+    advance: Callable[[int], None],
+) -> list[tuple[int, Record]]:
+    """Write ``batch`` in ``conn``'s transaction; return the lines written. Its outcomes,
+    relationships and refusals go ``into`` those three. With ``skip`` and a key stated on more
+    than one line (``earlier``), it is written from a savepoint: when a refused line has an
+    earlier line of its key (:func:`_fallbacks`, which takes it out of ``overridden``), the
+    attempt is rolled back and the batch written again with that line in the refused one's
+    place, as often as needed; only the attempt kept is counted."""
+    attempt = batch
+    swapped_out: list[Refusal] = []  # refused lines an earlier line of their key replaced
+    while attempt:
+        retry = await conn.begin_nested() if skip and earlier.lines else None
+        outcomes: Counter[str] = Counter()
+        relationships: Counter[str] = Counter()
+        refused: list[Refusal] = []
+        writer = BatchWriter(
+            conn,
+            evidence_lines=evidence_lines,
+            skip=skip,
+            outcomes=outcomes,
+            relationships=relationships,
+            refused=refused,
+            advance=advance,
+            entity_data=entity_data,
+        )
+        await writer.write(attempt)
+        swaps = _fallbacks(refused, earlier, overridden)
+        if not swaps:
+            if retry is not None:
+                await retry.commit()
+            into[0].update(outcomes)
+            into[1].update(relationships)
+            into[2].extend(swapped_out + refused)
+            return attempt
+        assert retry is not None
+        await retry.rollback()
+        gone = {line for line, _ in swaps}
+        swapped_out += [r for r in refused if r.line in gone]
+        attempt = sorted(
+            [item for item in attempt if item[0] not in gone] + [item for _, item in swaps]
+        )
+        advance = _no_progress
+    return []
+
+
 async def import_records(
     engine: AsyncEngine,
     records: Iterable[Item],
@@ -592,46 +646,16 @@ async def import_records(
                 async with engine.begin() as conn:
                     await imports_repo.begin_import(conn)
                     for batch in batches:
-                        attempt, first = batch, True
-                        swapped_out: list[Refusal] = []  # refused lines an earlier one replaced
-                        while attempt:
-                            # with skip and a key stated twice, the batch may be written again
-                            # (see _fallbacks): from a savepoint, its counts kept apart till then
-                            retry = await conn.begin_nested() if skip and earlier.lines else None
-                            tried: tuple[Counter[str], Counter[str], list[Refusal]] = (
-                                Counter(),
-                                Counter(),
-                                [],
-                            )
-                            writer = BatchWriter(
-                                conn,
-                                evidence_lines=evidence_lines,
-                                skip=skip,
-                                outcomes=tried[0],
-                                relationships=tried[1],
-                                refused=tried[2],
-                                advance=display.advance if first else _no_progress,
-                                entity_data=entity_data,
-                            )
-                            await writer.write(attempt)
-                            swaps = _fallbacks(tried[2], earlier, summary.outcomes)
-                            if not swaps:
-                                if retry is not None:
-                                    await retry.commit()
-                                outcomes.update(tried[0])
-                                relationships.update(tried[1])
-                                found.extend(swapped_out + tried[2])
-                                written += attempt
-                                break
-                            assert retry is not None
-                            await retry.rollback()
-                            gone = {line for line, _ in swaps}
-                            swapped_out += [r for r in tried[2] if r.line in gone]
-                            attempt = sorted(
-                                [item for item in attempt if item[0] not in gone]
-                                + [item for _, item in swaps]
-                            )
-                            first = False
+                        written += await _write_batch(
+                            conn,
+                            batch,
+                            earlier,
+                            skip=skip,
+                            evidence_lines=evidence_lines,
+                            into=(outcomes, relationships, found),
+                            overridden=summary.outcomes,
+                            advance=display.advance,
+                        )
             except ImportError_ as exc:
                 exc.committed = committed
                 raise
