@@ -46,7 +46,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -1306,22 +1306,10 @@ def measure_rest(
     log: Log,
 ) -> dict[str, Any]:
     """Start ``sibyl-pg serve`` on a free loopback port, load it, stop it; REST figures."""
-    port = _free_port()
     options.out.mkdir(parents=True, exist_ok=True)
-    log_path = options.out / "server.log"
-    env = {**os.environ, "DATABASE_URL": url}
     key_id, key = _mint_key(url, summary.readers[0])
-    with log_path.open("w") as server_log:
-        proc = subprocess.Popen(
-            _server_command(port),
-            env=env,
-            stdout=server_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            _wait_ready(base, proc, timeout_s=60.0)
+    try:
+        with serving(url, options.out / "server.log") as (base, proc):
             rss_idle = _peak_rss_mb(proc.pid)
             work_sets = seed_sets["random"]
             load_one = os.getloadavg()
@@ -1346,6 +1334,7 @@ def measure_rest(
                         f" {case['throughput_rps']} req/s, errors {case['errors']}"
                     )
             one = next(c for c in cases if c["depth"] == 2 and c["seeds"] == "random")
+            port = base.rsplit(":", 1)[1]
             log(f"REST: server pid {proc.pid} on port {port}; {options.clients} clients")
             load_before = os.getloadavg()
             before = _cpu_seconds(proc.pid), asyncio.run(_backend_cpu_seconds(url))
@@ -1388,15 +1377,36 @@ def measure_rest(
             }
             result["server_peak_rss_mb"] = _peak_rss_mb(proc.pid)
             result["server_rss_after_start_mb"] = rss_idle
-        finally:
-            _stop(proc)
-            _revoke_key(url, key_id)
+    finally:
+        _revoke_key(url, key_id)
     log(
         f"REST: {result['throughput_rps']} req/s, p50 {result['latency_ms']['p50']} ms,"
         f" p99 {result['latency_ms']['p99']} ms, errors {result['errors']},"
         f" peak RSS {result['server_peak_rss_mb']} MB"
     )
     return result
+
+
+@contextlib.contextmanager
+def serving(url: str, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``sibyl-pg serve`` on a free loopback port against the database ``url``, its output in
+    ``log_path``: (its base URL, its process) once ``/readyz`` answers 200 (``RuntimeError``
+    after 60 s); stopped (SIGINT, then SIGKILL after 15 s) on the way out."""
+    port = _free_port()
+    with log_path.open("w") as server_log:
+        proc = subprocess.Popen(
+            _server_command(port),
+            env={**os.environ, "DATABASE_URL": url},
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_ready(base, proc, timeout_s=60.0)
+            yield base, proc
+        finally:
+            _stop(proc)
 
 
 def _wait_ready(base: str, proc: subprocess.Popen[bytes], *, timeout_s: float) -> None:

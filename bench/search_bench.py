@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import struct
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,13 +36,10 @@ from bench.generate import COMMON_TERM
 from bench.run import (
     SEARCH_QUESTION,
     Sample,
-    _free_port,
     _mint_key,
     _revoke_key,
-    _server_command,
-    _stop,
-    _wait_ready,
     measure_calls,
+    serving,
     summarize,
 )
 
@@ -241,19 +237,9 @@ def measure_locomo_rest(url: str, folder: Path, log: Log, out_dir: Path) -> dict
 
     asyncio.run(load())
     key_id, key = _mint_key(url, locomo.READER)
-    port = _free_port()
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "server-locomo.log").open("w") as server_log:
-        proc = subprocess.Popen(
-            _server_command(port),
-            env={**os.environ, "DATABASE_URL": url},
-            stdout=server_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            base = f"http://127.0.0.1:{port}"
-            _wait_ready(base, proc, timeout_s=60.0)
+    try:
+        with serving(url, out_dir / "server-locomo.log") as (base, _):
             load_one = os.getloadavg()
             times: list[float] = []
             with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as http:
@@ -273,9 +259,8 @@ def measure_locomo_rest(url: str, folder: Path, log: Log, out_dir: Path) -> dict
             }
             log(f"LoCoMo over REST: {result}")
             return result
-        finally:
-            _stop(proc)
-            _revoke_key(url, key_id)
+    finally:
+        _revoke_key(url, key_id)
 
 
 def write(results: dict[str, Any], out_dir: Path) -> Path:
