@@ -173,6 +173,24 @@ def test_a_database_without_the_schema_says_to_migrate(cli_run: Cli, database_ur
     assert "run `sibyl-pg migrate`" in done.stderr and len(done.stderr.splitlines()) == 1
 
 
+def test_an_import_into_a_database_without_the_schema_says_to_migrate(
+    cli_run: Cli, database_url: str, tmp_path: Path
+) -> None:
+    """An import into an unmigrated database said "line 1: the database refused this record"
+    (a new user's trial): a missing table is no fault of the line. The pair: migrated, the same
+    file imports."""
+    path = tmp_path / "org.ndjson"
+    path.write_text('{"kind": "org", "id": "org_unmigrated_pair", "name": "O"}\n')
+    with throwaway_database(database_url, "sibyl_unmigrated") as url:
+        done = cli_run(url, "import", str(path))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "run `sibyl-pg migrate`" in done.stderr and "refused" not in done.stderr
+        assert cli_run(url, "migrate").returncode == 0
+        imported = cli_run(url, "import", str(path))
+    assert imported.returncode == 0, imported.stderr
+    assert "org: 0 unchanged, 1 written" in imported.stdout
+
+
 def test_serve_says_at_start_why_it_is_not_ready(database_url: str) -> None:
     """A breaker's server started on a database that could never serve (unmigrated, or
     unreachable) and said nothing until killed; it still serves (/readyz answers 503 until the

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.errors import DomainError
+from app.core.errors import DomainError, causes
 from app.domain import spans, write_rules
 from app.domain.memories import (
     EntityData,
@@ -212,8 +212,24 @@ async def at_line(line: int) -> AsyncIterator[None]:
         raise ImportError_(line, exc.detail) from None
     except IntegrityError as exc:
         raise ImportError_(line, integrity_reason(exc)) from None
-    except DBAPIError:
+    except DBAPIError as exc:
+        if not _record_fault(exc):  # no table, a dropped connection, a timeout: not the line's
+            raise
         raise ImportError_(line, "the database refused this record") from None
+
+
+RECORD_FAULT_CLASSES = ("22", "23", "54")
+"""SQLSTATE classes a record itself can cause (data exception, integrity, a program limit such
+as an index row too large): a refused line. Any other database error (a missing table, a lost
+connection, a timeout) stops the import and is reported as what it is."""
+
+
+def _record_fault(error: BaseException) -> bool:
+    for seen in causes(error):
+        code = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
+        if isinstance(code, str):
+            return code[:2] in RECORD_FAULT_CLASSES
+    return False
 
 
 KIND_ORDER = ("org", "user", "project", "member", "entity", "edge", "mention", "grant")
