@@ -9,7 +9,9 @@ import enum
 import importlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -94,6 +96,9 @@ class OnError(enum.StrEnum):
     skip = "skip"
 
 
+INTERRUPTED_EXIT = 130
+"""The exit code of a command interrupted by Ctrl-C (128 + SIGINT, as the shell reports it)."""
+
 REJECTED_EXIT = 3
 """The exit code of an import with ``--on-error skip`` that left lines out (0: every line
 imported; 1: the import stopped, nothing more written)."""
@@ -139,21 +144,46 @@ def import_(
     from app.importers import ndjson
 
     skip = on_error is OnError.skip
-    records = ndjson.read_file(file, lenient=skip)
-    with file.open("rb") as fh:  # bytes: a line that is not UTF-8 is reported by the import
-        total = sum(1 for line in fh if line.strip())
+    piped = not file.is_file()  # /dev/stdin, <(...), a named pipe: it can be read only once
+    if skip and piped and rejects is None:
+        raise _err("reading from a pipe, --on-error skip needs --rejects FILE")
     target = rejects or file.with_name(file.name + ".rejects.ndjson")
-    summary = _run_import(
-        records,
-        total=total,
-        batch_size=batch_size,
-        atomic=not commit_batches,
-        on_error="skip" if skip else "stop",
-        rejects=target if skip else None,
-    )
+    if skip and _same_file(target, file):
+        raise _err(f"--rejects {target} is the file being imported: name another file")
+    with contextlib.ExitStack() as stack:
+        if piped:  # spooled to a temporary file: counted for the progress bar, then imported
+            spool = stack.enter_context(tempfile.TemporaryDirectory(prefix="sibyl-import-"))
+            copy = Path(spool) / "input.ndjson"
+            with file.open("rb") as source, copy.open("wb") as sink:
+                shutil.copyfileobj(source, sink)
+            file = copy
+        out = None
+        if skip:  # opened now: a path it cannot write stops the import before any work
+            try:
+                out = stack.enter_context(target.open("w", encoding="utf-8"))
+            except OSError as exc:
+                raise _err(f"cannot write the reject file {target}: {exc.strerror}") from None
+        with file.open("rb") as fh:  # bytes: a line that is not UTF-8 is reported by the import
+            total = sum(1 for line in fh if line.strip())
+        summary = _run_import(
+            ndjson.read_file(file, lenient=skip),
+            total=total,
+            batch_size=batch_size,
+            atomic=not commit_batches,
+            on_error="skip" if skip else "stop",
+            rejects=out,
+        )
     if summary.rejected:
         typer.echo(f"  rejected lines written to {target}", err=True)
         raise typer.Exit(REJECTED_EXIT)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` names the file ``b`` names (a link, another spelling of the path)."""
+    try:
+        return a.exists() and a.samefile(b)
+    except OSError:
+        return False
 
 
 @cli.command("import-peps")
@@ -186,7 +216,7 @@ def _run_import(
     batch_size: int,
     atomic: bool = True,
     on_error: Literal["stop", "skip"] = "stop",
-    rejects: Path | None = None,
+    rejects: IO[str] | None = None,
     streamed: bool = False,
 ) -> Any:
     """Import ``records`` (numbered, as :func:`app.importers.ndjson.read_file` yields them) with
@@ -216,13 +246,13 @@ def _run_import(
             await engine.dispose()
 
     try:
-        with contextlib.ExitStack() as stack:
-            out = stack.enter_context(rejects.open("w", encoding="utf-8")) if rejects else None
-            display = stack.enter_context(PhaseProgress())
-            summary = asyncio.run(go(display, out))
+        with PhaseProgress() as display:
+            summary = asyncio.run(go(display, rejects))
     except ndjson.ImportError_ as exc:
         more = f"; {exc.more} more lines of that step were refused" if exc.more else ""
         raise _err(f"import stopped at {exc} ({exc.outcome()}{more})") from None
+    except ndjson.ImportInterrupted as exc:
+        raise _err(f"import interrupted: {exc}", INTERRUPTED_EXIT) from None
     typer.echo(summary.render())
     return summary
 
@@ -940,6 +970,9 @@ def main() -> None:
             said = fault["msg"].removeprefix("Value error, ")  # pydantic's prefix: noise here
             sys.stderr.write(f"sibyl-pg: {variable}: {said}\n")
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # Ctrl-C outside a step that says what it leaves: no traceback
+        sys.stderr.write("sibyl-pg: interrupted\n")
+        raise SystemExit(INTERRUPTED_EXIT) from None
     except Exception as error:
         if _lock_timeout(error):
             sys.stderr.write(

@@ -349,8 +349,9 @@ class BatchWriter:
         kept = await self._known_org(items)
         elsewhere = await bulk.users_elsewhere(self.conn, rows=[(r.id, r.org) for _, r in kept])
         ok = []
+        org_of: dict[str, str] = {}  # a file naming one user in two orgs: the first line holds
         for n, rec in kept:
-            if rec.id in elsewhere:
+            if rec.id in elsewhere or org_of.setdefault(rec.id, rec.org) != rec.org:
                 self.refuse(n, f"user '{rec.id}' exists in another org (ids are unique)", rec)
             else:
                 ok.append((n, rec))

@@ -71,6 +71,7 @@ from app.repo import term_stats, writes
 
 __all__ = [
     "ImportError_",
+    "ImportInterrupted",
     "ImportSummary",
     "Refusal",
     "from_dicts",
@@ -100,7 +101,10 @@ IdStr = Annotated[
     StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$"),
     AfterValidator(_not_a_dot_segment),
 ]
-TypeStr = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$")]
+# as over REST, the stored type is the value stripped and lower-cased (``"NOTE"``: ``note``),
+# and the write rules refuse it there (app.domain.write_rules.memory_type): a bad alphabet, or
+# the reserved ``passage`` in any case, is a line a rule refuses, as REST refuses it
+TypeStr = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 RelStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]{1,64}$")]
 
 
@@ -240,6 +244,8 @@ class ImportSummary:
     rejected: Counter[str] = field(default_factory=Counter)  # refused lines by rule
     timings: dict[str, float] = field(default_factory=dict)  # reading, writing, statistics...
     kinds: set[str] = field(default_factory=set)  # the kinds of record written
+    committed: int | None = None  # --commit-batches: the last line of the last batch committed
+    written: bool = False  # every transaction of the writing phase committed
 
     def render(self) -> str:
         """A short human summary, one line per kind."""
@@ -282,6 +288,10 @@ class Progress(Protocol):
         """``n`` more units of the running phase are done."""
 
 
+class ImportInterrupted(Exception):
+    """The import was cancelled (Ctrl-C); the message says what stays written."""
+
+
 class _Silent:
     def phase(self, label: str, total: int | None) -> None:
         pass
@@ -308,7 +318,8 @@ def parse_line(line_no: int, raw: str) -> Record | None:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ImportError_(line_no, f"not valid JSON ({exc.msg})") from None
+        said = "a byte order mark before the record" if "BOM" in exc.msg else exc.msg
+        raise ImportError_(line_no, f"not valid JSON ({said})") from None
     except RecursionError:  # a line nested ~1,000 levels deep: a refused line
         raise ImportError_(line_no, "not valid JSON (nested deeper than it can be read)") from None
     except ValueError:  # an integer of more than 4,300 digits (Python's limit)
@@ -350,6 +361,8 @@ def read_file(path: Path, *, lenient: bool = False) -> Iterator[Item]:
     ``lenient`` is yielded as a :class:`Refusal` holding its text."""
     with path.open("rb") as fh:
         for n, data in enumerate(fh, start=1):
+            if n == 1:  # a byte order mark opening the file (Windows editors write one)
+                data = data.removeprefix(b"\xef\xbb\xbf")
             try:
                 raw = data.decode("utf-8")
                 rec = parse_line(n, raw)
@@ -389,7 +402,7 @@ def entity_data(rec: EntityRec) -> EntityData:
         raise BadRequest("a private entity needs an owner")
     return EntityData(
         id=rec.id,
-        type=rec.type,
+        type=rec.type.strip().lower(),
         name=rec.name,
         content=rec.content,
         scope=scope,
@@ -408,7 +421,9 @@ def _key(rec: Any) -> tuple[str, ...]:
         return (kind, rec.org, rec.src, rec.relationship.upper(), rec.dst)
     if kind == "entity" or kind == "project":
         return (kind, rec.org, rec.id)
-    if kind == "org" or kind == "user":
+    if kind == "user":  # one id in two orgs: two records, the second refused (id taken)
+        return (kind, rec.org, rec.id)
+    if kind == "org":
         return (kind, rec.id)
     if kind == "member":
         return (kind, rec.project, rec.user)
@@ -602,10 +617,65 @@ async def import_records(
     at work (the PEP parser's processes) runs while the database writes. Last-line-wins needs
     the whole input first, so the producer vouches that no key appears twice: a repeated key
     raises ``ValueError`` naming both lines (nothing is written).
+
+    Cancelled (Ctrl-C), it raises :class:`ImportInterrupted` saying what stays written.
     """
+    summary = ImportSummary()
+    try:
+        return await _import_records(
+            summary,
+            engine,
+            records,
+            total=total,
+            batch_size=batch_size,
+            evidence_lines=evidence_lines,
+            atomic=atomic,
+            on_error=on_error,
+            on_refused=on_refused,
+            progress=progress,
+            streamed=streamed,
+        )
+    except BaseException:
+        task = asyncio.current_task()
+        if task is None or not task.cancelling():
+            raise
+        # cancelled (Ctrl-C): whatever the cancellation raised on its way out (a connection
+        # invalidated mid-statement cannot roll back), the operator is told what stays written
+        raise ImportInterrupted(_outcome(summary)) from None
+
+
+def _outcome(summary: ImportSummary) -> str:
+    """What an interrupted import left written, in words."""
+    if summary.written:
+        return (
+            "every line was written, but the search statistics were not recounted: run "
+            "`sibyl-pg stats refresh` (and VACUUM (ANALYZE) the database)"
+        )
+    if summary.committed is None:
+        return "nothing of the file was written"
+    return (
+        f"lines 1-{summary.committed} were committed; nothing from line "
+        f"{summary.committed + 1} on was written"
+    )
+
+
+async def _import_records(
+    summary: ImportSummary,
+    engine: AsyncEngine,
+    records: Iterable[Item],
+    *,
+    total: int | None = None,
+    batch_size: int = 500,
+    evidence_lines: int = 40,
+    atomic: bool = True,
+    on_error: Literal["stop", "skip"] = "stop",
+    on_refused: Callable[[Refusal], None] | None = None,
+    progress: Progress | None = None,
+    streamed: bool = False,
+) -> ImportSummary:
+    """:func:`import_records` into ``summary``."""
     display: Progress = progress or _Silent()
     skip = on_error == "skip"
-    summary = ImportSummary()
     refused: list[Refusal] = []
     started = time.perf_counter()
     transactions: Iterable[Iterable[list[tuple[int, Record]]]]  # each: the batches it writes
@@ -662,12 +732,13 @@ async def import_records(
             if not written:
                 continue
             if not atomic:
-                committed = max(n for n, _ in written)
+                committed = summary.committed = max(n for n, _ in written)
             summary.outcomes.update(outcomes)
             summary.relationships.update(relationships)
             refused += found
             summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
             summary.kinds.update(rec.kind for _, rec in written)
+        summary.written = True
         async with engine.begin() as conn:  # links a concurrent write left: settled now
             if unsettled:
                 await write_rules.settle(conn, unsettled, reader_params=None)
