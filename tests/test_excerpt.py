@@ -149,3 +149,31 @@ def test_many_matches_are_read_a_bounded_number_of_times_each():
     small, large = _reads_to_pick(1_000), _reads_to_pick(4_000)
     assert large <= 4 * small + 50, (small, large)
     assert large <= 8 * 4_000, large
+
+
+def test_a_hard_cut_never_splits_a_character():
+    """A focus excerpt or a context pack's text cut a flag, a family emoji or a letter and its
+    accent in two at some budgets (a new user's trial, 2026-12-04): with no whitespace in
+    reach the cut was a plain slice. At every budget, with or without a matched word, what is
+    kept is whole grapheme clusters (the pair: plain ASCII is still cut at the budget)."""
+    import regex
+
+    flag, family, accent = (
+        "\U0001f1eb\U0001f1f7",
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+        "e\u0301",
+    )
+    text = "kelpie" + (flag + family + accent) * 12 + " tail kelpie " + (family + flag) * 10
+    bounds = {0, *(m.end() for m in regex.finditer(r"\X", text))}
+    for words in ([], [("kelpie", 1.0)], [("tail", 1.0)]):
+        for chars in range(4, len(text)):
+            got = excerpt(text, words, chars)
+            assert len(got) <= chars
+            body = got.removeprefix("...").removesuffix("...")
+            if not body:
+                continue
+            start = text.find(body)
+            assert start >= 0, (chars, got)
+            assert start in bounds and start + len(body) in bounds, (chars, words, got)
+    ascii_text = "x" * 50
+    assert excerpt(ascii_text, [], 20) == "x" * 17 + "..."

@@ -7,13 +7,17 @@ when that fits. A query word matches a text word that starts with the word's ste
 (the word less up to two final letters, at least 4 letters: ``returns`` finds ``return`` and
 ``returning``), case-insensitively, at a word boundary (an underscore is one: ``type`` is found
 in ``get_type_hints``, as the database's parser finds it). Cuts fall on whitespace and are marked
-``...``; the result, markers included, is never longer than ``chars``.
+``...`` (a hard cut, with no whitespace in reach, at a grapheme-cluster boundary: never inside a
+flag, an emoji sequence or a letter and its accents); the result, markers included, is never
+longer than ``chars``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+
+from app.domain.preview import cluster_floor
 
 __all__ = ["excerpt", "excerpt_at", "matches"]
 
@@ -120,5 +124,5 @@ def _cut_end(text: str, start: int, chars: int) -> str:
     cut = piece.rfind(" ", 0, room + 1)
     newline = piece.rfind("\n", 0, room + 1)
     cut = max(cut, newline)
-    body = rest[:cut] if cut >= room // 2 else rest[:room]
+    body = rest[:cut] if cut >= room // 2 else rest[: cluster_floor(rest, room)]
     return (lead + body.strip() if lead else body.rstrip()) + "..."

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import regex
 
-__all__ = ["ELLIPSIS", "preview", "preview_prefix"]
+__all__ = ["ELLIPSIS", "cluster_floor", "preview", "preview_prefix"]
 
 ELLIPSIS = "..."
 
@@ -64,6 +64,18 @@ def _cut(window: str, budget: int) -> str:
         found = _LAST_WHITESPACE.search(window[: found.start()], half)
     kept = window[: found.start()] if found is not None else window[:hard]
     return kept.rstrip() + ELLIPSIS
+
+
+def cluster_floor(text: str, position: int) -> int:
+    """The last grapheme-cluster boundary of ``text`` at or before ``position`` (0 ≤ result ≤
+    ``min(position, len(text))``): where a hard cut of ``text`` to ``position`` characters may
+    fall without splitting a user-perceived character. Reads ``text[: position + 1]``."""
+    window = text[: position + 1]
+    if len(window) <= position:  # the whole text fits: its end is a boundary
+        return len(window)
+    if window.isascii() and "\r" not in window:  # every ASCII character but CR is a cluster
+        return position
+    return max(b for b in _boundaries(window) if b <= position)
 
 
 def _every_position(_position: int) -> bool:
