@@ -448,6 +448,7 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
              left(te.content, :preview_chars + 1) AS content_prefix
       FROM entities te
       WHERE w.id NOT LIKE 'passage\_%' AND te.org_id = wr.org_id AND te.id = w.id
+      OFFSET 0  -- a fence, as for passages below: a passage id probes no memory
     ) te ON true
     LEFT JOIN LATERAL (  -- a passage and its parent
       SELECT left(pp.content, :preview_chars + 1) AS content_prefix, pp.passage_index,
@@ -455,6 +456,7 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
       FROM passages pp
       JOIN entities pe ON pe.org_id = pp.org_id AND pe.id = pp.parent_id
       WHERE w.id LIKE 'passage\_%' AND pp.org_id = wr.org_id AND pp.id = w.id
+      OFFSET 0  -- a fence: not pulled up, so the LIKE gates the probes (a one-time filter)
     ) pp ON true
     LEFT JOIN LATERAL (
       -- the community behind a synthetic hop: the smallest one the node shares with its
