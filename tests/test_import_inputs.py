@@ -260,3 +260,161 @@ async def test_an_interrupted_import_says_what_stays_written(engine, atomic):
     # the pair: uninterrupted, it writes every line
     await import_dicts(engine, recs)
     assert await count(engine, t, "intr") == 300
+
+
+async def test_a_line_refused_for_a_memory_whose_last_line_was_refused_is_tried_again(
+    engine, database_url, tmp_path
+):
+    """With skip, memory d2's last line (type passage) was refused and its earlier line written
+    in its place, but an edge to d2 stated twice was also refused ("missing reference"), in the
+    first run only (a second run, d2 stored, accepted it). Now only the passage line is
+    refused, on every run; the pair: an edge to a memory with no line at all is refused."""
+    t = await Team().load(engine)
+    o = t.org
+    recs: list[dict[str, Any]] = [
+        {"kind": "entity", "org": o, "id": "d1", "type": "note", "name": "d1", "scope": "org"},
+        {"kind": "entity", "org": o, "id": "d2", "type": "note", "name": "good", "scope": "org"},
+        {"kind": "entity", "org": o, "id": "d2", "type": "passage", "name": "bad", "scope": "org"},
+        {"kind": "edge", "org": o, "src": "d1", "dst": "d2", "relationship": "RELATES_TO"},
+        {"kind": "edge", "org": o, "src": "d1", "dst": "d2", "relationship": "RELATES_TO"},
+        {"kind": "edge", "org": o, "src": "d1", "dst": "nowhere", "relationship": "RELATES_TO"},
+    ]
+    path = tmp_path / "dup.ndjson"
+    path.write_text(ndjson_text(recs))
+    target = tmp_path / "dup.rejects.ndjson"
+    for _ in range(2):
+        done = run(
+            database_url, "import", str(path), "--on-error", "skip", "--rejects", str(target)
+        )
+        assert done.returncode == 3, done.stderr
+        listed = [json.loads(x) for x in target.read_text().splitlines()]
+        assert [(r["line"], r["rule"]) for r in listed] == [
+            (3, "reserved type"),
+            (6, "missing reference"),
+        ]
+    assert (
+        await scalar(engine, "SELECT name FROM entities WHERE org_id = :o AND id = 'd2'", o=o)
+        == "good"
+    )
+    assert await scalar(engine, "SELECT count(*) FROM edges WHERE org_id = :o", o=o) == 1
+
+
+async def test_a_reject_file_that_fills_up_is_said_so_not_blamed_on_the_database(
+    engine, database_url, tmp_path
+):
+    """``--rejects /dev/full`` wrote the lines, then said "cannot use the database" (exit 2),
+    and the refused lines were listed nowhere. It says the lines were written and the reject
+    file was not, exit 1; the pair: a writable reject file, exit 3 and its list."""
+    t = await Team().load(engine)
+    recs = notes(t, 2, "full")
+    recs.append({**recs[0], "id": "passage_full"})
+    path = tmp_path / "full.ndjson"
+    path.write_text(ndjson_text(recs))
+    done = run(database_url, "import", str(path), "--on-error", "skip", "--rejects", "/dev/full")
+    assert done.returncode == 1, done.stderr
+    assert "every accepted line was written, but the reject file /dev/full" in done.stderr
+    assert "DATABASE_URL" not in done.stderr
+    assert await count(engine, t, "full") == 2
+    kept = tmp_path / "kept.ndjson"
+    done = run(database_url, "import", str(path), "--on-error", "skip", "--rejects", str(kept))
+    assert done.returncode == 3
+    assert [json.loads(x)["line"] for x in kept.read_text().splitlines()] == [3]
+
+
+def test_rejects_without_skip_and_a_reject_directory_are_usage_errors(database_url, tmp_path):
+    """``--rejects`` without ``--on-error skip`` was ignored; a directory given as ``--rejects``
+    was exit 2 where the default path being one was exit 1."""
+    path = tmp_path / "in.ndjson"
+    path.write_text('{"kind": "org", "id": "org_rejects_usage", "name": "O"}\n')
+    done = run(database_url, "import", str(path), "--rejects", str(tmp_path / "r.ndjson"))
+    assert done.returncode == 1 and "--on-error skip" in done.stderr
+    done = run(database_url, "import", str(path), "--on-error", "skip", "--rejects", str(tmp_path))
+    assert done.returncode == 1 and "cannot write the reject file" in done.stderr
+    done = run(database_url, "import", str(path), "--on-error", "skip")  # the pair
+    assert done.returncode == 0, done.stderr
+
+
+async def test_a_name_is_stored_as_rest_stores_it(engine, client):
+    """The importer kept a name's surrounding spaces where REST strips them, and refused a
+    blank name with a message of its own. Both now go through REST's rule."""
+    t = await Team().load(engine)
+    recs = notes(t, 4, "nm")
+    recs[0]["name"], recs[1]["name"] = "  padded name  ", "   "
+    recs[2]["name"], recs[3]["name"] = "a\u001b[31m", "a\u202eb"  # ANSI escape, bidi override
+    refused: list[ndjson.Refusal] = []
+    await ndjson.import_records(
+        engine, ndjson.from_dicts(recs), on_error="skip", on_refused=refused.append
+    )
+    stored = await scalar(
+        engine, "SELECT name FROM entities WHERE org_id = :o AND id = 'nm0'", o=t.org
+    )
+    key = await t.key(engine, "ann")
+    sent = await call(
+        client,
+        "POST",
+        "/api/entities",
+        key,
+        json={"type": "note", "name": "  padded name  ", "project": "p1"},
+    )
+    assert sent.status_code == 201 and stored == sent.json()["name"] == "padded name"
+    blank = await call(
+        client, "POST", "/api/entities", key, json={"type": "note", "name": "   ", "project": "p1"}
+    )
+    assert blank.status_code == 400
+    said = [blank.json()["detail"]]
+    for name in ("a\u001b[31m", "a\u202eb"):
+        bad = await call(
+            client,
+            "POST",
+            "/api/entities",
+            key,
+            json={"type": "note", "name": name, "project": "p1"},
+        )
+        assert bad.status_code == 400
+        said.append(bad.json()["detail"])
+    assert [(r.line, r.rule, r.reason) for r in refused] == [
+        (n, "refused by a rule", reason) for n, reason in zip((2, 3, 4), said, strict=True)
+    ]
+
+
+async def test_an_all_or_nothing_stop_names_the_record(engine):
+    """A rule's refusal stopped the import without naming the record ("line 5: type must be a
+    lower-case word ..."); it names it, and a reason that names it already is left alone."""
+    t = await Team().load(engine)
+    recs = notes(t, 2, "stop")
+    recs[1]["type"] = "9bad"
+    with pytest.raises(ndjson.ImportError_) as caught:
+        await import_dicts(engine, recs)
+    assert str(caught.value).startswith("line 2: entity 'stop1': type must be a lower-case word")
+    assert caught.value.reason.startswith("type must be")  # REST's message, as REST says it
+    edge = {"kind": "edge", "org": t.org, "src": "n1", "dst": "gone", "relationship": "X"}
+    with pytest.raises(ndjson.ImportError_) as caught:
+        await import_dicts(engine, [edge])
+    assert str(caught.value) == f"line 1: edge dst 'gone' does not exist in org '{t.org}'"
+
+
+async def test_an_interrupted_skip_import_keeps_the_refusals_of_its_committed_batches(engine):
+    """Ctrl-C during a ``--commit-batches --on-error skip`` import left an empty reject file
+    although committed batches held refused lines: the refusals were told only at the end.
+    They are told as their batch commits."""
+    t = await Team().load(engine)
+    recs = notes(t, 300, "ib")
+    for i in (10, 120):  # one refused line in each of the first two batches
+        recs[i] = {**recs[i], "type": "passage"}
+    told: list[ndjson.Refusal] = []
+
+    async def interrupted() -> None:
+        await ndjson.import_records(
+            engine,
+            ndjson.from_dicts(recs),
+            batch_size=100,
+            atomic=False,
+            on_error="skip",
+            on_refused=told.append,
+            progress=_CancelWhileWriting(after=250),
+        )
+
+    with pytest.raises(ndjson.ImportInterrupted) as caught:
+        await asyncio.create_task(interrupted())
+    assert str(caught.value).startswith("lines 1-200 were committed")
+    assert [r.line for r in told] == [11, 121]

@@ -13,7 +13,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Annotated, Any, Literal
@@ -132,7 +132,6 @@ def import_(
         Path | None,
         typer.Option(
             "--rejects",
-            dir_okay=False,
             help="Where --on-error skip writes the refused lines, one JSON object each (line, "
             "rule, reason, record); default: FILE.rejects.ndjson",
         ),
@@ -144,6 +143,8 @@ def import_(
     from app.importers import ndjson
 
     skip = on_error is OnError.skip
+    if rejects is not None and not skip:
+        raise _err("--rejects names where --on-error skip writes the refused lines: add it")
     piped = not file.is_file()  # /dev/stdin, <(...), a named pipe: it can be read only once
     if skip and piped and rejects is None:
         raise _err("reading from a pipe, --on-error skip needs --rejects FILE")
@@ -154,17 +155,22 @@ def import_(
         if piped:  # spooled to a temporary file: counted for the progress bar, then imported
             spool = stack.enter_context(tempfile.TemporaryDirectory(prefix="sibyl-import-"))
             copy = Path(spool) / "input.ndjson"
-            with file.open("rb") as source, copy.open("wb") as sink:
+            with (
+                _nothing_written_if_interrupted(),
+                file.open("rb") as source,
+                copy.open("wb") as sink,
+            ):
                 shutil.copyfileobj(source, sink)
             file = copy
         out = None
         if skip:  # opened now: a path it cannot write stops the import before any work
-            try:
-                out = stack.enter_context(target.open("w", encoding="utf-8"))
+            try:  # line-buffered: a refused line is in the file once its batch is committed
+                out = _RejectFile(target.open("w", encoding="utf-8", buffering=1))
+                stack.callback(out.close)
             except OSError as exc:
                 raise _err(f"cannot write the reject file {target}: {exc.strerror}") from None
-        with file.open("rb") as fh:  # bytes: a line that is not UTF-8 is reported by the import
-            total = sum(1 for line in fh if line.strip())
+        with _nothing_written_if_interrupted(), file.open("rb") as fh:
+            total = sum(1 for line in fh if line.strip())  # bytes: not UTF-8 is a refused line
         summary = _run_import(
             ndjson.read_file(file, lenient=skip),
             total=total,
@@ -173,9 +179,59 @@ def import_(
             on_error="skip" if skip else "stop",
             rejects=out,
         )
+    if out is not None and out.error is not None:
+        raise _err(
+            f"every accepted line was written, but the reject file {target} could not be"
+            f" written ({out.error.strerror}): import the file again with another --rejects"
+            " (what is written stays as it is; the same lines are refused)"
+        )
     if summary.rejected:
         typer.echo(f"  rejected lines written to {target}", err=True)
         raise typer.Exit(REJECTED_EXIT)
+
+
+def _quiet_when_interrupted(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's exception handler of an import: a task that ends with the interrupt
+    itself (Ctrl-C while the loop shuts down) is no error to print; anything else is."""
+    from app.importers.ndjson import ImportInterrupted
+
+    if isinstance(context.get("exception"), (KeyboardInterrupt, ImportInterrupted)):
+        return
+    loop.default_exception_handler(context)
+
+
+@contextlib.contextmanager
+def _nothing_written_if_interrupted() -> Iterator[None]:
+    """Ctrl-C inside the block (an import's steps before it writes): says so, exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise _err(
+            "import interrupted: nothing of the file was written", INTERRUPTED_EXIT
+        ) from None
+
+
+class _RejectFile:
+    """The reject file of an ``--on-error skip`` import: one JSON object a refused line. A write
+    that fails (a full disk) is kept in ``error``, not raised: the import goes on and the
+    command says what was written and that the list was not."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.error: OSError | None = None
+
+    def write(self, refusal: Any) -> None:
+        if self.error is None:
+            try:
+                print(refusal.to_json(), file=self.out)
+            except OSError as exc:
+                self.error = exc
+
+    def close(self) -> None:
+        try:
+            self.out.close()
+        except OSError as exc:  # what a failed write left in the buffer, written again
+            self.error = self.error or exc
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -202,7 +258,8 @@ def import_peps(
     # bodies are parsed by one process per core while the database writes the ones parsed
     # before them (a streamed import: one transaction, written as the records come)
     try:  # every file is read and its headers checked here, before anything is written
-        total, records = peps.pep_records(folder, workers=os.cpu_count() or 1)
+        with _nothing_written_if_interrupted():
+            total, records = peps.pep_records(folder, workers=os.cpu_count() or 1)
     except (OSError, ValueError) as exc:  # a file the corpus cannot hold, named in the message
         raise _err(f"the PEP corpus at {folder} cannot be imported: {exc}") from None
     _run_import(ndjson.from_dicts(records), total=total, batch_size=64, streamed=True)
@@ -216,7 +273,7 @@ def _run_import(
     batch_size: int,
     atomic: bool = True,
     on_error: Literal["stop", "skip"] = "stop",
-    rejects: IO[str] | None = None,
+    rejects: _RejectFile | None = None,
     streamed: bool = False,
 ) -> Any:
     """Import ``records`` (numbered, as :func:`app.importers.ndjson.read_file` yields them) with
@@ -227,9 +284,13 @@ def _run_import(
     from app.cli.progress import PhaseProgress
     from app.importers import ndjson
 
-    async def go(display: PhaseProgress, out: IO[str] | None) -> ndjson.ImportSummary:
+    began = False  # the import itself started: before it, an interrupt wrote nothing
+
+    async def go(display: PhaseProgress, out: _RejectFile | None) -> ndjson.ImportSummary:
+        nonlocal began
         engine = make_engine()
         try:
+            began = True
             return await ndjson.import_records(
                 engine,
                 records,
@@ -238,16 +299,26 @@ def _run_import(
                 evidence_lines=get_settings().evidence_lines,
                 atomic=atomic,
                 on_error=on_error,
-                on_refused=(lambda r: print(r.to_json(), file=out)) if out else None,
+                on_refused=out.write if out else None,
                 progress=display,
                 streamed=streamed,
             )
         finally:
-            await engine.dispose()
+            with contextlib.suppress(asyncio.CancelledError):  # done: Ctrl-C now loses nothing
+                await engine.dispose()
 
     try:
-        with PhaseProgress() as display:
-            summary = asyncio.run(go(display, rejects))
+        with PhaseProgress() as display, asyncio.Runner() as runner:
+            runner.get_loop().set_exception_handler(_quiet_when_interrupted)
+            summary = runner.run(go(display, rejects))
+    except KeyboardInterrupt:  # the task was cancelled outside the import's own steps
+        said = (
+            "nothing of the file was written"
+            if not began
+            else "twice, so what was written is not known: run it again (an import changes"
+            " nothing that is already written)"
+        )
+        raise _err(f"import interrupted: {said}", INTERRUPTED_EXIT) from None
     except ndjson.ImportError_ as exc:
         more = f"; {exc.more} more lines of that step were refused" if exc.more else ""
         raise _err(f"import stopped at {exc} ({exc.outcome()}{more})") from None

@@ -91,7 +91,7 @@ def _entity_id(value: str, *, field: str = "id") -> str:
 _type = write_rules.memory_type
 
 
-def _name(value: str) -> str:
+def memory_name(value: str) -> str:
     """A memory's name: stripped, 1..MAX_NAME_CHARS characters, one line of printable text
     (:func:`app.domain.validation.line_problem`: no control character, line separator or bidi
     override; not only invisible characters), else 400: a name is printed by lists, CLIs and
@@ -106,6 +106,9 @@ def _name(value: str) -> str:
     if problem:
         raise BadRequest(f"name must be {problem}")
     return stripped
+
+
+_name = memory_name  # the REST paths' name for it
 
 
 def _project(value: str | None) -> str | None:

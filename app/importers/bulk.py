@@ -65,10 +65,11 @@ class ImportError_(Exception):
     """A line that could not be imported: its number and a reason naming the offending id (no
     SQL, no stack); ``committed``: the last line of the last committed batch (non-atomic
     imports only; None: nothing of the file was written); ``more``: how many other lines of
-    the same step were refused too."""
+    the same step were refused too; ``subject``: the record in words when ``reason`` (the
+    rule's own message, as REST answers it) does not name it, said before the reason."""
 
-    def __init__(self, line: int, reason: str, more: int = 0) -> None:
-        super().__init__(f"line {line}: {reason}")
+    def __init__(self, line: int, reason: str, more: int = 0, subject: str | None = None) -> None:
+        super().__init__(f"line {line}: {subject + ': ' if subject else ''}{reason}")
         self.line = line
         self.reason = reason
         self.more = more
@@ -123,6 +124,31 @@ class Refusal:
         if self.text is not None:
             out["text"] = self.text
         return json.dumps(out, ensure_ascii=False)
+
+
+def subject(refusal: Refusal) -> str | None:
+    """The record a refusal refuses, in words (``entity 'r09'``), for the message an
+    all-or-nothing import stops with; None when its reason names it already (it starts with
+    the record's kind, or quotes its id, or every id that makes its key)."""
+    rec = refusal.record or {}
+    kind = rec.get("kind")
+    if kind == "edge":
+        what = f"edge '{rec.get('src')}' -{rec.get('relationship')}-> '{rec.get('dst')}'"
+    elif kind == "mention":
+        what = f"mention '{rec.get('src')}' -> '{rec.get('dst')}'"
+    elif kind == "member":
+        what = f"member '{rec.get('user')}' of project '{rec.get('project')}'"
+    elif kind == "grant":
+        what = f"grant of '{rec.get('entity')}' to '{rec.get('user')}'"
+    elif kind is not None and "id" in rec:
+        what = f"{kind} '{rec['id']}'"
+    else:
+        return None
+    own = ("id",) if "id" in rec else ("src", "dst", "project", "entity", "user")
+    named_already = [f"'{rec[k]}'" in refusal.reason for k in own if k in rec]
+    if refusal.reason.startswith(f"{kind} ") or (named_already and all(named_already)):
+        return None
+    return what
 
 
 def _record_of(rec: Any) -> dict[str, Any]:
@@ -302,7 +328,7 @@ class BatchWriter:
             return
         if not self.skip:
             first = found[0]
-            raise ImportError_(first.line, first.reason, more=len(found) - 1)
+            raise ImportError_(first.line, first.reason, len(found) - 1, subject(first))
         self.refused.extend(found)
 
     async def write(self, items: Numbered) -> None:

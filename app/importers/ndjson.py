@@ -56,13 +56,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.errors import BadRequest
 from app.domain import write_rules
+from app.domain.entities import memory_name
 from app.domain.memories import EntityData
 from app.domain.validation import (
     BAD_TEXT,
     DOT_SEGMENT_ID,
     DOT_SEGMENTS,
-    NOT_BLANK,
-    line_problem,
 )
 from app.domain.write_schemas import JsonObject
 from app.importers.bulk import BatchWriter, ImportError_, Refusal
@@ -84,15 +83,6 @@ __all__ = [
 def _not_a_dot_segment(value: str) -> str:
     if value in DOT_SEGMENTS:
         raise ValueError(f"an id {DOT_SEGMENT_ID}")
-    return value
-
-
-def _one_line(value: str) -> str:
-    problem = line_problem(value)  # the rule of names and span labels over REST and MCP
-    if problem == NOT_BLANK:
-        raise ValueError("must not be blank")
-    if problem:
-        raise ValueError(f"must be {problem}")
     return value
 
 
@@ -164,8 +154,9 @@ class EntityRec(_Rec):
     id: IdStr
     org: IdStr
     type: TypeStr
-    # one line of printable text, as over REST (app.domain.entities._name): no control character
-    name: Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_one_line)]
+    # stripped, then one line of printable text of 1-1000 characters, as over REST (the rule is
+    # applied where the memory is made, app.domain.entities.memory_name: REST's own message)
+    name: str
     content: str = ""
     project: IdStr | None = None
     scope: Literal["project", "private", "org"] | None = None
@@ -367,10 +358,14 @@ def read_file(path: Path, *, lenient: bool = False) -> Iterator[Item]:
                 raw = data.decode("utf-8")
                 rec = parse_line(n, raw)
             except UnicodeDecodeError as exc:
-                problem = ImportError_(n, f"not valid UTF-8 (byte {exc.start + 1})")
+                said = f"not valid UTF-8 (byte {exc.start + 1})"
+                if n == 1 and data.startswith(b"\x1f\x8b"):
+                    said += "; the file looks gzip-compressed: import <(zcat FILE)"
+                problem = ImportError_(n, said)
                 if not lenient:
                     raise problem from None
-                yield n, _malformed(problem, data.decode("utf-8", "replace"))
+                # the bytes that are not UTF-8 as \xNN escapes: the line can be told apart
+                yield n, _malformed(problem, data.decode("utf-8", "backslashreplace"))
                 continue
             except ImportError_ as problem:
                 if not lenient:
@@ -403,7 +398,7 @@ def entity_data(rec: EntityRec) -> EntityData:
     return EntityData(
         id=rec.id,
         type=rec.type.strip().lower(),
-        name=rec.name,
+        name=memory_name(rec.name),
         content=rec.content,
         scope=scope,
         project_id=rec.project,
@@ -531,6 +526,28 @@ def _fallbacks(
     return out
 
 
+def _report(
+    refused: list[Refusal],
+    summary: ImportSummary,
+    on_refused: Callable[[Refusal], None] | None,
+    *,
+    through: int | None = None,
+) -> list[Refusal]:
+    """Count by rule and give to ``on_refused``, in line order, the refusals of lines up to
+    ``through`` (None: all of them); return the others."""
+    refused.sort(key=lambda r: r.line)
+    cut = (
+        len(refused)
+        if through is None
+        else next((i for i, r in enumerate(refused) if r.line > through), len(refused))
+    )
+    summary.rejected.update(r.rule for r in refused[:cut])
+    if on_refused is not None:
+        for refusal in refused[:cut]:
+            on_refused(refusal)
+    return refused[cut:]
+
+
 def _no_progress(_n: int) -> None:
     """A batch written again is not counted twice by the progress display."""
 
@@ -570,7 +587,12 @@ async def _write_batch(
             entity_data=entity_data,
         )
         await writer.write(attempt)
-        swaps = _fallbacks(refused, earlier, overridden)
+        # a line refused for a missing reference may only miss a line refused in this attempt
+        # (its memory's last line): it is tried again once the lines refused for their own
+        # fault have their earlier lines in place, and falls back itself only when none has
+        fallible = [r for r in refused if earlier.lines.get(earlier.key_of.get(r.line, ()))]
+        own = [r for r in fallible if r.rule != "missing reference"]
+        swaps = _fallbacks(own or fallible, earlier, overridden)
         if not swaps:
             if retry is not None:
                 await retry.commit()
@@ -736,6 +758,8 @@ async def _import_records(
             summary.outcomes.update(outcomes)
             summary.relationships.update(relationships)
             refused += found
+            if committed is not None:  # told as their batch commits: an interrupt keeps them
+                refused = _report(refused, summary, on_refused, through=committed)
             summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
             summary.kinds.update(rec.kind for _, rec in written)
         summary.written = True
@@ -744,11 +768,7 @@ async def _import_records(
                 await write_rules.settle(conn, unsettled, reader_params=None)
             summary.pending_links = await writes.pending_count(conn, org_ids=sorted(summary.orgs))
     summary.timings["writing"] = time.perf_counter() - started
-    refused.sort(key=lambda r: r.line)
-    summary.rejected.update(r.rule for r in refused)
-    if on_refused is not None:
-        for refusal in refused:
-            on_refused(refusal)
+    _report(refused, summary, on_refused)
     if summary.lines >= ANALYZE_AFTER and summary.kinds:
         # two backends at once: the recount reads what the vacuum does not lock
         display.phase("search statistics and vacuum", None)
