@@ -35,6 +35,7 @@ statistics, vacuum (the last two overlapping).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter, defaultdict
@@ -643,26 +644,114 @@ async def import_records(
     Cancelled (Ctrl-C), it raises :class:`ImportInterrupted` saying what stays written.
     """
     summary = ImportSummary()
+    with _interruption_says_what_stays(summary):
+        display: Progress = progress or _Silent()
+        skip = on_error == "skip"
+        refused: list[Refusal] = []
+        started = time.perf_counter()
+        transactions: Iterable[Iterable[list[tuple[int, Record]]]]  # each: the batches it writes
+        earlier = _Earlier({}, {})  # with skip: what a later line overrode (see _fallbacks)
+        if streamed:
+            if not atomic:
+                raise ValueError("a streamed import is written in one transaction (atomic)")
+            summary.timings["reading"] = 0.0  # the lines are read while they are written
+            accepted = _accepted(records, summary, refused, skip=skip)
+            transactions = [_windows(accepted, batch_size)]
+        else:
+            display.phase("reading", total)
+            items = list(_accepted(records, summary, refused, skip=skip, advance=display.advance))
+            display.advance(summary.lines % 5000)
+            winners, overridden = last_lines(items)
+            summary.outcomes.update(overridden)
+            if skip:
+                earlier = _earlier_lines(items)
+            summary.timings["reading"] = time.perf_counter() - started
+            total = len(winners)
+            if atomic:
+                transactions = [[winners]]
+            else:
+                transactions = [
+                    [winners[i : i + batch_size]] for i in range(0, len(winners), batch_size)
+                ]
+
+        started = time.perf_counter()
+        display.phase("writing", total)
+        committed: int | None = None
+        with write_rules.settling() as unsettled:
+            for batches in transactions:
+                outcomes: Counter[str] = Counter()
+                relationships: Counter[str] = Counter()
+                found: list[Refusal] = []
+                written: list[tuple[int, Record]] = []
+                try:
+                    async with engine.begin() as conn:
+                        await imports_repo.begin_import(conn)
+                        for batch in batches:
+                            written += await _write_batch(
+                                conn,
+                                batch,
+                                earlier,
+                                skip=skip,
+                                evidence_lines=evidence_lines,
+                                into=(outcomes, relationships, found),
+                                overridden=summary.outcomes,
+                                advance=display.advance,
+                            )
+                except ImportError_ as exc:
+                    exc.committed = committed
+                    raise
+                if not written:
+                    continue
+                if not atomic:
+                    committed = summary.committed = max(n for n, _ in written)
+                summary.outcomes.update(outcomes)
+                summary.relationships.update(relationships)
+                refused += found
+                if committed is not None:  # told as their batch commits: an interrupt keeps them
+                    refused = _report(refused, summary, on_refused, through=committed)
+                summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
+                summary.kinds.update(rec.kind for _, rec in written)
+            summary.written = True
+            async with engine.begin() as conn:  # links a concurrent write left: settled now
+                if unsettled:
+                    await write_rules.settle(conn, unsettled, reader_params=None)
+                summary.pending_links = await writes.pending_count(
+                    conn, org_ids=sorted(summary.orgs)
+                )
+        summary.timings["writing"] = time.perf_counter() - started
+        _report(refused, summary, on_refused)
+        if summary.lines >= ANALYZE_AFTER and summary.kinds:
+            # two backends at once: the recount reads what the vacuum does not lock
+            display.phase("search statistics and vacuum", None)
+
+            async def timed(part: str, work: Awaitable[Any]) -> None:
+                began = time.perf_counter()
+                await work
+                summary.timings[part] = time.perf_counter() - began
+
+            tables = sorted({t for k in summary.kinds for t in TABLES[k]})
+            # the recount's statements are planned on the loaded tables' statistics: planned on
+            # those of the empty tables the load started from, the impact lists' count of the PEP
+            # org ran for minutes instead of seconds (ANALYZE samples: a second or two)
+            await timed("analyze", analyze(engine, tables=tables))
+            await asyncio.gather(
+                timed("statistics", term_stats.refresh_orgs(engine, sorted(summary.orgs))),
+                timed("vacuum", vacuum(engine, tables=tables)),
+            )
+        return summary
+
+
+@contextlib.contextmanager
+def _interruption_says_what_stays(summary: ImportSummary) -> Iterator[None]:
+    """Inside the block, a cancellation (Ctrl-C) ends as :class:`ImportInterrupted` saying what
+    stays written, whatever the cancellation raised on its way out (a connection invalidated
+    mid-statement cannot roll back)."""
     try:
-        return await _import_records(
-            summary,
-            engine,
-            records,
-            total=total,
-            batch_size=batch_size,
-            evidence_lines=evidence_lines,
-            atomic=atomic,
-            on_error=on_error,
-            on_refused=on_refused,
-            progress=progress,
-            streamed=streamed,
-        )
+        yield
     except BaseException:
         task = asyncio.current_task()
         if task is None or not task.cancelling():
             raise
-        # cancelled (Ctrl-C): whatever the cancellation raised on its way out (a connection
-        # invalidated mid-statement cannot roll back), the operator is told what stays written
         raise ImportInterrupted(_outcome(summary)) from None
 
 
@@ -679,115 +768,6 @@ def _outcome(summary: ImportSummary) -> str:
         f"lines 1-{summary.committed} were committed; nothing from line "
         f"{summary.committed + 1} on was written"
     )
-
-
-async def _import_records(
-    summary: ImportSummary,
-    engine: AsyncEngine,
-    records: Iterable[Item],
-    *,
-    total: int | None = None,
-    batch_size: int = 500,
-    evidence_lines: int = 40,
-    atomic: bool = True,
-    on_error: Literal["stop", "skip"] = "stop",
-    on_refused: Callable[[Refusal], None] | None = None,
-    progress: Progress | None = None,
-    streamed: bool = False,
-) -> ImportSummary:
-    """:func:`import_records` into ``summary``."""
-    display: Progress = progress or _Silent()
-    skip = on_error == "skip"
-    refused: list[Refusal] = []
-    started = time.perf_counter()
-    transactions: Iterable[Iterable[list[tuple[int, Record]]]]  # each: the batches it writes
-    earlier = _Earlier({}, {})  # with skip: what a later line overrode (see _fallbacks)
-    if streamed:
-        if not atomic:
-            raise ValueError("a streamed import is written in one transaction (atomic)")
-        summary.timings["reading"] = 0.0  # the lines are read while they are written
-        accepted = _accepted(records, summary, refused, skip=skip)
-        transactions = [_windows(accepted, batch_size)]
-    else:
-        display.phase("reading", total)
-        items = list(_accepted(records, summary, refused, skip=skip, advance=display.advance))
-        display.advance(summary.lines % 5000)
-        winners, overridden = last_lines(items)
-        summary.outcomes.update(overridden)
-        if skip:
-            earlier = _earlier_lines(items)
-        summary.timings["reading"] = time.perf_counter() - started
-        total = len(winners)
-        if atomic:
-            transactions = [[winners]]
-        else:
-            transactions = [
-                [winners[i : i + batch_size]] for i in range(0, len(winners), batch_size)
-            ]
-
-    started = time.perf_counter()
-    display.phase("writing", total)
-    committed: int | None = None
-    with write_rules.settling() as unsettled:
-        for batches in transactions:
-            outcomes: Counter[str] = Counter()
-            relationships: Counter[str] = Counter()
-            found: list[Refusal] = []
-            written: list[tuple[int, Record]] = []
-            try:
-                async with engine.begin() as conn:
-                    await imports_repo.begin_import(conn)
-                    for batch in batches:
-                        written += await _write_batch(
-                            conn,
-                            batch,
-                            earlier,
-                            skip=skip,
-                            evidence_lines=evidence_lines,
-                            into=(outcomes, relationships, found),
-                            overridden=summary.outcomes,
-                            advance=display.advance,
-                        )
-            except ImportError_ as exc:
-                exc.committed = committed
-                raise
-            if not written:
-                continue
-            if not atomic:
-                committed = summary.committed = max(n for n, _ in written)
-            summary.outcomes.update(outcomes)
-            summary.relationships.update(relationships)
-            refused += found
-            if committed is not None:  # told as their batch commits: an interrupt keeps them
-                refused = _report(refused, summary, on_refused, through=committed)
-            summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
-            summary.kinds.update(rec.kind for _, rec in written)
-        summary.written = True
-        async with engine.begin() as conn:  # links a concurrent write left: settled now
-            if unsettled:
-                await write_rules.settle(conn, unsettled, reader_params=None)
-            summary.pending_links = await writes.pending_count(conn, org_ids=sorted(summary.orgs))
-    summary.timings["writing"] = time.perf_counter() - started
-    _report(refused, summary, on_refused)
-    if summary.lines >= ANALYZE_AFTER and summary.kinds:
-        # two backends at once: the recount reads what the vacuum does not lock
-        display.phase("search statistics and vacuum", None)
-
-        async def timed(part: str, work: Awaitable[Any]) -> None:
-            began = time.perf_counter()
-            await work
-            summary.timings[part] = time.perf_counter() - began
-
-        tables = sorted({t for k in summary.kinds for t in TABLES[k]})
-        # the recount's statements are planned on the loaded tables' statistics: planned on
-        # those of the empty tables the load started from, the impact lists' count of the PEP
-        # org ran for minutes instead of seconds (ANALYZE samples: a second or two)
-        await timed("analyze", analyze(engine, tables=tables))
-        await asyncio.gather(
-            timed("statistics", term_stats.refresh_orgs(engine, sorted(summary.orgs))),
-            timed("vacuum", vacuum(engine, tables=tables)),
-        )
-    return summary
 
 
 async def analyze(engine: AsyncEngine, *, tables: list[str]) -> None:
