@@ -51,6 +51,15 @@ def run(database_url: str, *args: str, stdin: str | None = None) -> subprocess.C
     )
 
 
+async def import_skipping(engine, recs: list[dict[str, Any]]) -> list[ndjson.Refusal]:
+    """Import ``recs`` with ``on_error="skip"``; the refused lines, in line order."""
+    refused: list[ndjson.Refusal] = []
+    await ndjson.import_records(
+        engine, ndjson.from_dicts(recs), on_error="skip", on_refused=refused.append
+    )
+    return refused
+
+
 async def count(engine, t: Team, prefix: str) -> int:
     return await scalar(
         engine,
@@ -159,13 +168,7 @@ async def test_a_type_is_stored_as_rest_stores_it(engine, client):
     t = await Team().load(engine)
     recs = notes(t, 3, "typ")
     recs[0]["type"], recs[1]["type"], recs[2]["type"] = "NOTE", " note ", "Passage"
-    refused: list[ndjson.Refusal] = []
-    await ndjson.import_records(
-        engine,
-        ndjson.from_dicts(recs),
-        on_error="skip",
-        on_refused=refused.append,
-    )
+    refused = await import_skipping(engine, recs)
     stored = await scalar(
         engine,
         "SELECT string_agg(id || '=' || type, ',' ORDER BY id) FROM entities"
@@ -198,10 +201,7 @@ async def test_one_user_id_in_two_orgs_of_one_file_keeps_the_first(engine):
         {"kind": "user", "id": user, "org": a.org, "handle": "twice", "role": "owner"},
         {"kind": "user", "id": user, "org": b.org, "handle": "twice", "role": "owner"},
     ]
-    refused: list[ndjson.Refusal] = []
-    await ndjson.import_records(
-        engine, ndjson.from_dicts(recs), on_error="skip", on_refused=refused.append
-    )
+    refused = await import_skipping(engine, recs)
     assert [(r.line, r.rule) for r in refused] == [(4, "id taken")]
     assert await scalar(engine, "SELECT org_id FROM users WHERE id = :u", u=user) == a.org
 
@@ -341,10 +341,7 @@ async def test_a_name_is_stored_as_rest_stores_it(engine, client):
     recs = notes(t, 4, "nm")
     recs[0]["name"], recs[1]["name"] = "  padded name  ", "   "
     recs[2]["name"], recs[3]["name"] = "a\u001b[31m", "a\u202eb"  # ANSI escape, bidi override
-    refused: list[ndjson.Refusal] = []
-    await ndjson.import_records(
-        engine, ndjson.from_dicts(recs), on_error="skip", on_refused=refused.append
-    )
+    refused = await import_skipping(engine, recs)
     stored = await scalar(
         engine, "SELECT name FROM entities WHERE org_id = :o AND id = 'nm0'", o=t.org
     )
