@@ -84,7 +84,21 @@ def test_a_pipe_with_skip_needs_a_named_reject_file(database_url, tmp_path):
     """Skipping lines of a pipe wrote ``/dev/stdin.rejects.ndjson``; it asks for ``--rejects``
     before reading anything. With one, it runs."""
     refused = run(database_url, "import", "/dev/stdin", "--on-error", "skip", stdin="{}\n")
-    assert refused.returncode == 1 and "needs --rejects FILE" in refused.stderr
+    assert refused.returncode == 2 and "needs --rejects FILE" in refused.stderr
+    assert not Path("/dev/stdin.rejects.ndjson").exists()
+    # stdin redirected from a file is a file, but under /dev: no reject file beside it either
+    source = tmp_path / "in.ndjson"
+    source.write_text("{}\n")
+    with source.open() as stdin:
+        redirected = subprocess.run(
+            [SIBYL, "import", "/dev/stdin", "--on-error", "skip"],
+            env={**os.environ, "DATABASE_URL": database_url},
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert redirected.returncode == 2 and "needs --rejects FILE" in redirected.stderr
     assert not Path("/dev/stdin.rejects.ndjson").exists()
     target = tmp_path / "refused.ndjson"
     done = run(
@@ -327,7 +341,7 @@ def test_rejects_without_skip_and_a_reject_directory_are_usage_errors(database_u
     path = tmp_path / "in.ndjson"
     path.write_text('{"kind": "org", "id": "org_rejects_usage", "name": "O"}\n')
     done = run(database_url, "import", str(path), "--rejects", str(tmp_path / "r.ndjson"))
-    assert done.returncode == 1 and "--on-error skip" in done.stderr
+    assert done.returncode == 2 and "--on-error skip" in done.stderr
     done = run(database_url, "import", str(path), "--on-error", "skip", "--rejects", str(tmp_path))
     assert done.returncode == 1 and "cannot write the reject file" in done.stderr
     done = run(database_url, "import", str(path), "--on-error", "skip")  # the pair
@@ -415,3 +429,40 @@ async def test_an_interrupted_skip_import_keeps_the_refusals_of_its_committed_ba
         await asyncio.create_task(interrupted())
     assert str(caught.value).startswith("lines 1-200 were committed")
     assert [r.line for r in told] == [11, 121]
+
+
+class _CancelAtStatistics(_CancelWhileWriting):
+    """Cancels the import's task when the statistics phase begins (the write committed)."""
+
+    def phase(self, label: str, total: int | None) -> None:
+        if label.startswith("search statistics") and self.task is not None:
+            self.task.cancel()
+
+
+async def test_an_import_interrupted_after_its_write_counts_the_refused_lines(engine):
+    """Interrupted in the statistics phase, a skip import said "every line was written" though
+    lines had been refused. It says how many were refused; the pair: with none refused, every
+    line."""
+    for refused_one in (True, False):
+        t = await Team().load(engine)
+        recs = notes(t, 1100, "st")
+        if refused_one:
+            recs[7] = {**recs[7], "type": "passage"}
+
+        async def interrupted(records: list[dict[str, Any]] = recs) -> None:
+            await ndjson.import_records(
+                engine,
+                ndjson.from_dicts(records),
+                on_error="skip",
+                progress=_CancelAtStatistics(after=10**9),
+            )
+
+        with pytest.raises(ndjson.ImportInterrupted) as caught:
+            await asyncio.create_task(interrupted())
+        said = str(caught.value)
+        if refused_one:
+            assert said.startswith("every line but the 1 refused ones (listed in the reject")
+            assert await count(engine, t, "st") == 1099
+        else:
+            assert said.startswith("every line was written, but the search statistics")
+            assert await count(engine, t, "st") == 1100

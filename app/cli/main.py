@@ -10,6 +10,7 @@ import importlib
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -96,6 +97,9 @@ class OnError(enum.StrEnum):
     skip = "skip"
 
 
+USAGE_EXIT = 2
+"""The exit code of a command given options it cannot run with (as the option parser's)."""
+
 INTERRUPTED_EXIT = 130
 """The exit code of a command interrupted by Ctrl-C (128 + SIGINT, as the shell reports it)."""
 
@@ -144,10 +148,14 @@ def import_(
 
     skip = on_error is OnError.skip
     if rejects is not None and not skip:
-        raise _err("--rejects names where --on-error skip writes the refused lines: add it")
-    piped = not file.is_file()  # /dev/stdin, <(...), a named pipe: it can be read only once
+        raise _err(
+            "--rejects names where --on-error skip writes the refused lines: add it", USAGE_EXIT
+        )
+    # /dev/stdin, <(...), a named pipe: it can be read only once, and it has no folder of its
+    # own for the default reject file (stdin redirected from a file is a file under /dev too)
+    piped = not file.is_file() or file.absolute().parts[1:2] in (("dev",), ("proc",))
     if skip and piped and rejects is None:
-        raise _err("reading from a pipe, --on-error skip needs --rejects FILE")
+        raise _err("reading from a pipe, --on-error skip needs --rejects FILE", USAGE_EXIT)
     target = rejects or file.with_name(file.name + ".rejects.ndjson")
     if skip and _same_file(target, file):
         raise _err(f"--rejects {target} is the file being imported: name another file")
@@ -324,6 +332,8 @@ def _run_import(
         raise _err(f"import stopped at {exc} ({exc.outcome()}{more})") from None
     except ndjson.ImportInterrupted as exc:
         raise _err(f"import interrupted: {exc}", INTERRUPTED_EXIT) from None
+    # the import is done: a Ctrl-C from here on would only turn its exit status into 130
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     typer.echo(summary.render())
     return summary
 

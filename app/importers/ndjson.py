@@ -758,8 +758,14 @@ def _interruption_says_what_stays(summary: ImportSummary) -> Iterator[None]:
 def _outcome(summary: ImportSummary) -> str:
     """What an interrupted import left written, in words."""
     if summary.written:
+        refused = sum(summary.rejected.values())
+        written = (
+            f"every line but the {refused} refused ones (listed in the reject file) was written"
+            if refused
+            else "every line was written"
+        )
         return (
-            "every line was written, but the search statistics were not recounted: run "
+            f"{written}, but the search statistics were not recounted: run "
             "`sibyl-pg stats refresh` (and VACUUM (ANALYZE) the database)"
         )
     if summary.committed is None:
