@@ -159,3 +159,14 @@ def causes(error: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         pending += [getattr(current, "orig", None), current.__cause__, current.__context__]
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a database error as SQLAlchemy raises it: the code of the driver's error
+    it wraps (``orig``, or what that was raised from), or None."""
+    orig = getattr(error, "orig", None)
+    for candidate in (orig, getattr(orig, "__cause__", None)):
+        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
+        if isinstance(code, str):
+            return code
+    return None

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.errors import DomainError, causes
+from app.core.errors import DomainError, sqlstate
 from app.domain import spans, write_rules
 from app.domain.memories import (
     EntityData,
@@ -239,7 +239,8 @@ async def at_line(line: int) -> AsyncIterator[None]:
     except IntegrityError as exc:
         raise ImportError_(line, integrity_reason(exc)) from None
     except DBAPIError as exc:
-        if not _record_fault(exc):  # no table, a dropped connection, a timeout: not the line's
+        code = sqlstate(exc)  # no table, a dropped connection, a timeout: not the line's fault
+        if code is None or code[:2] not in RECORD_FAULT_CLASSES:
             raise
         raise ImportError_(line, "the database refused this record") from None
 
@@ -248,14 +249,6 @@ RECORD_FAULT_CLASSES = ("22", "23", "54")
 """SQLSTATE classes a record itself can cause (data exception, integrity, a program limit such
 as an index row too large): a refused line. Any other database error (a missing table, a lost
 connection, a timeout) stops the import and is reported as what it is."""
-
-
-def _record_fault(error: BaseException) -> bool:
-    for seen in causes(error):
-        code = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
-        if isinstance(code, str):
-            return code[:2] in RECORD_FAULT_CLASSES
-    return False
 
 
 KIND_ORDER = ("org", "user", "project", "member", "entity", "edge", "mention", "grant")

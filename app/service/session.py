@@ -24,6 +24,7 @@ from app.core.errors import (
     Unavailable,
     causes,
     describe,
+    sqlstate,
 )
 from app.core.reader import Reader
 from app.core.settings import get_settings
@@ -46,19 +47,10 @@ _LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout: another transaction held a lock t
 LOCK_WAIT_TOO_LONG = "Another write held this memory longer than the write waits; retry"
 
 
-def _sqlstate(error: BaseException) -> str | None:
-    orig = getattr(error, "orig", None)
-    for candidate in (orig, getattr(orig, "__cause__", None)):
-        code = getattr(candidate, "sqlstate", None) or getattr(candidate, "pgcode", None)
-        if isinstance(code, str):
-            return code
-    return None
-
-
 def schema_missing(error: BaseException) -> bool:
     """True when ``error`` is PostgreSQL saying a table does not exist: a database the service
     was started on before ``sibyl-pg migrate`` ran (every statement names a table of the schema)."""
-    return isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == _UNDEFINED_TABLE
+    return isinstance(error, sa_exc.DBAPIError) and sqlstate(error) == _UNDEFINED_TABLE
 
 
 def as_unavailable(error: BaseException) -> Unavailable | None:
@@ -72,7 +64,7 @@ def as_unavailable(error: BaseException) -> Unavailable | None:
     if schema_missing(error):
         return Unavailable(SCHEMA_BEHIND, retry_after=10, cause=cause)
     if isinstance(error, sa_exc.DBAPIError):
-        code = _sqlstate(error)
+        code = sqlstate(error)
         if code == "57014":
             return Unavailable("The query took longer than the statement timeout", cause=cause)
         if code == _LOCK_NOT_AVAILABLE:
@@ -94,12 +86,12 @@ def as_bad_text(error: BaseException) -> BadRequest | None:
     asyncpg and SQLAlchemy each wrap once more, so the whole chain of causes is searched."""
     if _caused_by(error, UnicodeError):
         return BadRequest(BAD_TEXT)
-    if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) in ("22021", "22P05"):
+    if isinstance(error, sa_exc.DBAPIError) and sqlstate(error) in ("22021", "22P05"):
         return BadRequest(BAD_TEXT)
-    if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == "54000":
+    if isinstance(error, sa_exc.DBAPIError) and sqlstate(error) == "54000":
         # a body indexed whole (never cut) whose distinct words exceed the 1 MB tsvector limit
         return BadRequest(TOO_MANY_WORDS)
-    if isinstance(error, sa_exc.DBAPIError) and _sqlstate(error) == "22P02":
+    if isinstance(error, sa_exc.DBAPIError) and sqlstate(error) == "22P02":
         # jsonb refusing a lone surrogate escape ("\ud800") inside a JSON value: the server
         # says so in its message ("Unicode low surrogate must follow a high surrogate").
         cause = error.orig.__cause__ if error.orig is not None else None
@@ -294,7 +286,7 @@ async def run_write(
                 revived = True
                 attempt -= 1
                 continue
-            code = _sqlstate(error) if isinstance(error, sa_exc.DBAPIError) else None
+            code = sqlstate(error) if isinstance(error, sa_exc.DBAPIError) else None
             if code == _LOCK_NOT_AVAILABLE and time.monotonic() + pause < deadline:
                 attempt -= 1  # a lock wait is no failed attempt: wait on
                 await asyncio.sleep(pause * (0.5 + random.random()))
