@@ -108,9 +108,6 @@ def memory_name(value: str) -> str:
     return stripped
 
 
-_name = memory_name  # the REST paths' name for it
-
-
 def _project(value: str | None) -> str | None:
     return None if value is None else _entity_id(value, field="project")
 
@@ -175,7 +172,7 @@ async def create_entity(
     data = EntityData(
         id=entity_id,
         type=type_,
-        name=_name(body.name),
+        name=memory_name(body.name),
         content=clean_text(body.content, field="content"),
         scope=scope,
         project_id=project_id,
@@ -245,7 +242,7 @@ async def update_entity(
     data = EntityData(
         id=target.id,
         type=_type(body.type) if body.type is not None else stored.type,
-        name=_name(body.name) if body.name is not None else stored.name,
+        name=memory_name(body.name) if body.name is not None else stored.name,
         content=(
             clean_text(body.content, field="content")
             if body.content is not None

@@ -92,9 +92,9 @@ IdStr = Annotated[
     StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,128}$"),
     AfterValidator(_not_a_dot_segment),
 ]
-# as over REST, the stored type is the value stripped and lower-cased (``"NOTE"``: ``note``),
-# and the write rules refuse it there (app.domain.write_rules.memory_type): a bad alphabet, or
-# the reserved ``passage`` in any case, is a line a rule refuses, as REST refuses it
+# the type is judged as over REST, where the memory is made (:func:`entity_data`, by
+# app.domain.write_rules.memory_type): stored stripped and lower-cased (``"NOTE"``: ``note``),
+# a bad alphabet or the reserved ``passage`` in any case a line a rule refuses, as REST does
 TypeStr = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 RelStr = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_]{1,64}$")]
 
@@ -390,15 +390,16 @@ def from_dicts(records: Iterable[dict[str, Any]]) -> Iterator[Item]:
 
 
 def entity_data(rec: EntityRec) -> EntityData:
-    """The memory a record states, with the import's defaults (rule: import-idempotent);
-    ``BadRequest`` when its scope, project and owner do not agree."""
+    """The memory a record states, with the import's defaults (rule: import-idempotent), its
+    type and name as REST stores them; ``BadRequest`` (REST's message) for a type or name REST
+    refuses, or when its scope, project and owner do not agree."""
     scope = rec.scope or ("project" if rec.project else "private")
     write_rules.check_scope(scope, rec.project)
     if scope == "private" and not rec.owner:
         raise BadRequest("a private entity needs an owner")
     return EntityData(
         id=rec.id,
-        type=rec.type.strip().lower(),
+        type=write_rules.memory_type(rec.type),
         name=memory_name(rec.name),
         content=rec.content,
         scope=scope,
@@ -676,7 +677,6 @@ async def import_records(
 
         started = time.perf_counter()
         display.phase("writing", total)
-        committed: int | None = None
         with write_rules.settling() as unsettled:
             for batches in transactions:
                 outcomes: Counter[str] = Counter()
@@ -698,17 +698,17 @@ async def import_records(
                                 advance=display.advance,
                             )
                 except ImportError_ as exc:
-                    exc.committed = committed
+                    exc.committed = summary.committed
                     raise
                 if not written:
                     continue
                 if not atomic:
-                    committed = summary.committed = max(n for n, _ in written)
+                    summary.committed = max(n for n, _ in written)
                 summary.outcomes.update(outcomes)
                 summary.relationships.update(relationships)
                 refused += found
-                if committed is not None:  # told as their batch commits: an interrupt keeps them
-                    refused = _report(refused, summary, on_refused, through=committed)
+                if summary.committed is not None:  # told as their batch commits: kept on Ctrl-C
+                    refused = _report(refused, summary, on_refused, through=summary.committed)
                 summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
                 summary.kinds.update(rec.kind for _, rec in written)
             summary.written = True
