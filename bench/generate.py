@@ -1003,6 +1003,32 @@ async def ensure_term_stats(url: str, org: str) -> bool:
         await conn.close()
 
 
+ACCESS_TABLES = ("entities", "passages", "entity_grants")
+"""The tables whose triggers keep ``access_tsv`` (migration 0015)."""
+
+
+async def _fill_access(conn: asyncpg.Connection) -> None:
+    """What the triggers of :data:`ACCESS_TABLES`, off during a fresh load, would have written:
+    every private memory's access lexemes, then its passages'; the triggers back on (as the
+    migration leaves them: ``ENABLE ALWAYS``)."""
+    await conn.execute(
+        "UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)"
+        " WHERE t.scope = 'private'"
+    )
+    await conn.execute(
+        "UPDATE passages p SET access_tsv = t.access_tsv FROM entities t"
+        " WHERE t.org_id = p.org_id AND t.id = p.parent_id AND t.access_tsv IS NOT NULL"
+    )
+    for table in ACCESS_TABLES:
+        triggers = await conn.fetch(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = CAST($1 AS regclass)"
+            " AND NOT tgisinternal",
+            table,
+        )
+        for row in triggers:
+            await conn.execute(f'ALTER TABLE {table} ENABLE ALWAYS TRIGGER "{row["tgname"]}"')
+
+
 async def load(
     url: str, spec: GraphSpec, *, fresh: bool, log: Log | None = None
 ) -> GenerateSummary:
@@ -1030,6 +1056,8 @@ async def load(
         fks: list[str] = []
         if fresh:
             indexes, fks = await _drop_secondary(conn)
+            for table in ACCESS_TABLES:  # without indexes, each would scan a table per row
+                await conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
         else:
             await _delete_org(conn, spec.org)
         digests: dict[str, Any] = {}
@@ -1052,6 +1080,10 @@ async def load(
         rows_total = sum(counts.values())
         rate = rows_total / copy_seconds if copy_seconds else 0.0
         say(f"COPY done: {rows_total:,} rows in {copy_seconds:.1f}s ({rate:,.0f} rows/s)")
+        if fresh:
+            t0 = time.monotonic()
+            await _fill_access(conn)
+            say(f"access lexemes of private memories filled in {time.monotonic() - t0:.1f}s")
         if indexes:
             t0 = time.monotonic()
             await _run_split(conns[:2], indexes)

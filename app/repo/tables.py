@@ -217,6 +217,9 @@ class Entity(Base):
     head_tsv: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(ENTITY_HEAD_TSV, persisted=True), nullable=True
     )
+    # a private memory's readers (owner, grantees) as lexemes, NULL elsewhere; kept by triggers
+    # (migration 0015): with search_tsv, the full-text lane's private arm (rule: search-lanes)
+    access_tsv: Mapped[str | None] = mapped_column(TSVECTOR, nullable=True)
     # lower(name), bytewise ordered: the exact lane's name-prefix range scan (rule: search-lanes).
     name_lower: Mapped[str | None] = mapped_column(
         Id, Computed("lower(name)", persisted=True), nullable=True
@@ -255,13 +258,12 @@ class Entity(Base):
         Index("ix_entities_head", "head_tsv", postgresql_using="gin"),
         Index("ix_entities_name_prefix", "org_id", "name_lower", "id"),
         Index("ix_entities_title_prefix", "org_id", "title_lower", "id"),
-        # the full-text lane's private arm: the reader's own private memories (0011)
+        # the full-text lane's private arm: a reader's private memories holding a word (0015)
         Index(
-            "ix_entities_owner_private",
-            "org_id",
-            "owner_id",
-            "id",
-            postgresql_where=text("scope = 'private'"),
+            "ix_entities_access_search",
+            text("(search_tsv || access_tsv)"),
+            postgresql_using="gin",
+            postgresql_where=text("access_tsv IS NOT NULL"),
         ),
     )
 
@@ -347,12 +349,20 @@ class Passage(Base):
     head_tsv: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(PASSAGE_HEAD_TSV, persisted=True), nullable=True
     )
+    # the parent's access_tsv (migration 0015's triggers copy it)
+    access_tsv: Mapped[str | None] = mapped_column(TSVECTOR, nullable=True)
     __table_args__ = (
         ForeignKeyConstraint(
             ["org_id", "parent_id"], ["entities.org_id", "entities.id"], ondelete="CASCADE"
         ),
         Index("ix_passages_search", "search_tsv", postgresql_using="gin"),
         Index("ix_passages_head", "head_tsv", postgresql_using="gin"),
+        Index(
+            "ix_passages_access_search",
+            text("(search_tsv || access_tsv)"),
+            postgresql_using="gin",
+            postgresql_where=text("access_tsv IS NOT NULL"),
+        ),
         CheckConstraint("id LIKE 'passage\\_%'", name="id_prefix"),
         CheckConstraint("passage_index >= 0", name="index_nonneg"),
         Index(
