@@ -13,7 +13,9 @@ The statement, step by step (its CTEs):
   audiences (every document of an audience is one each of its readers may read), the
   ``:word_cap`` entries of highest contribution (the request's type filter applied first);
   ``private``: and its matches among the reader's own and granted private memories (and their
-  current passages), which no audience holds.
+  current passages), which no audience holds: the rows whose ``access_tsv`` names the reader
+  and that hold the word, one GIN probe per word and table (``ix_*_access_search``, migration
+  0015), each arm up to ``:scan_limit + 1`` rows and every row passing the read rule.
 - ``pool``: each candidate once, the ``:cap`` with the highest Σ idf × contribution over the
   words that found it (then id): candidates holding more, rarer, more prominent query words,
   never the most recent or the first met.
@@ -32,7 +34,6 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.repo.readrule import readable
 from app.repo.search.common import (
     BM25,
     MEMORY_FILTER,
@@ -52,13 +53,6 @@ _WORD_TF = """(SELECT CASE WHEN count(*) = cardinality(w.lexemes)
 
 def _contribution(tsv: str) -> str:
     return saturation(_WORD_TF.format(tsv=tsv), f"length({tsv})")
-
-
-# What a private memory of the reader's must pass to be a candidate (the type filter aside: its
-# passages may still match a `passage` filter): both ranges of the private arm apply it.
-_MINE_FILTER = f"""t.lifecycle = ANY(CAST(:lifecycles AS text[]))
-      AND (CAST(:project AS text) IS NULL OR t.project_id = :project)
-      AND {readable("t")}"""
 
 
 FULLTEXT_SQL = text(
@@ -114,43 +108,28 @@ listed AS (  -- a word with lists: the :word_cap best entries of the reader's au
         LIMIT :word_cap
     ) l
 ),
-mine AS MATERIALIZED (  -- the reader's readable private memories (own, granted): no audience
-    -- two index ranges, never a pass over the org's private memories: its own
-    -- (ix_entities_owner_private), then those granted to it by others (ix_entity_grants_user)
-    SELECT t.*
-    FROM entities t
-    WHERE t.org_id = :r_org AND t.scope = 'private' AND t.owner_id = :r_user
-      AND {_MINE_FILTER}
-  UNION ALL
-    SELECT t.*
-    FROM entity_grants g
-    JOIN entities t ON t.org_id = g.org_id AND t.id = g.entity_id
-    WHERE g.org_id = :r_org AND g.user_id = :r_user
-      AND t.scope = 'private' AND t.owner_id <> :r_user
-      AND {_MINE_FILTER}
-),
-mine_passages AS MATERIALIZED (  -- their current passages (a nested loop from each memory)
-    SELECT p.id, p.parent_id, t.type, p.search_tsv
-    FROM mine t
-    JOIN passages p ON p.org_id = t.org_id AND p.parent_id = t.id
-                   AND p.parent_revision = t.revision
-),
-private AS (  -- a word with lists: its matches among them and their passages
+private AS (  -- a word with lists: its matches among the reader's private memories and passages
+    -- one GIN probe per word and table: the rows whose access lexemes name the reader and that
+    -- hold the word (migration 0015), each passing the read rule like every other candidate
     SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.arm) AS n
     FROM words w
     CROSS JOIN LATERAL (
+        SELECT sibyl_access_query(:r_user) && w.tsq AS q
+    ) r
+    CROSS JOIN LATERAL (
         (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
                 {_contribution("t.search_tsv")} AS contribution
-         FROM mine t
-         WHERE w.list_lexeme IS NOT NULL AND t.search_tsv @@ w.tsq
-           AND (CAST(:types AS text[]) IS NULL OR t.type = ANY(CAST(:types AS text[])))
+         FROM entities t
+         WHERE w.list_lexeme IS NOT NULL AND t.org_id = :r_org
+           AND t.access_tsv IS NOT NULL AND (t.search_tsv || t.access_tsv) @@ r.q
+           AND {MEMORY_FILTER}
          LIMIT :scan_limit + 1)
       UNION ALL
-        (SELECT p.id, p.parent_id, p.type, 'passage', {_contribution("p.search_tsv")}
-         FROM mine_passages p
-         WHERE w.list_lexeme IS NOT NULL AND p.search_tsv @@ w.tsq
-           AND (CAST(:types AS text[]) IS NULL OR p.type = ANY(CAST(:types AS text[]))
-                OR 'passage' = ANY(CAST(:types AS text[])))
+        (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
+         FROM passages p {PARENT_OF_P}
+         WHERE w.list_lexeme IS NOT NULL AND p.org_id = :r_org
+           AND p.access_tsv IS NOT NULL AND (p.search_tsv || p.access_tsv) @@ r.q
+           AND {PASSAGE_FILTER}
          LIMIT :scan_limit + 1)
     ) m
 ),

@@ -1,0 +1,162 @@
+"""The access lexemes of private memories (migration 0015): kept by the database on every write,
+and a way in for the full-text lane's private arm, never a permission.
+
+The world is ``tests/test_search.py``'s read-rule world with its word common enough to take the
+impact lists, so a reader's private matches come through the private arm (the GIN probe of
+``search_tsv || access_tsv``); the pairs follow the read-rule pattern: whoever may read a row
+finds it, whoever may not gets exactly what they would get if it did not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from sqlalchemy import text
+
+from app.repo import term_stats
+from tests.builders import import_dicts, make_key
+from tests.team import call
+from tests.test_search import SECTION, WORD, _ent, _ids, _rules_world, _transcript
+
+LEXEMES = """SELECT coalesce(tsvector_to_array(t.access_tsv), '{}') AS memory,
+       coalesce((SELECT array_agg(DISTINCT l) FROM passages p,
+                        unnest(tsvector_to_array(p.access_tsv)) l
+                 WHERE p.org_id = t.org_id AND p.parent_id = t.id), '{}') AS passages,
+       (SELECT count(*) FROM passages p WHERE p.org_id = t.org_id AND p.parent_id = t.id
+          AND p.access_tsv IS DISTINCT FROM t.access_tsv) AS passages_apart
+FROM entities t WHERE t.org_id = :org AND t.id = :id"""
+
+
+class World:
+    """The read-rule world (its word on the impact lists) and what a test needs of it."""
+
+    def __init__(self, org: str, sfx: str, keys: dict[str, str]) -> None:
+        self.org, self.sfx, self.keys = org, sfx, keys
+
+    def user(self, handle: str) -> str:
+        return f"user_{handle}_{self.sfx}"
+
+
+async def _world(engine, extra: list[dict] | None = None) -> World:
+    org, sfx = "org_access_" + secrets.token_hex(4), secrets.token_hex(3)
+    await import_dicts(engine, [*_rules_world(org, sfx, None, common=True), *(extra or [])])
+    await term_stats.refresh_orgs(engine, [org])
+    keys = {n: await make_key(engine, f"user_{n}_{sfx}") for n in ("ann", "bob", "dan", "eve")}
+    keys["ann:write"] = await make_key(engine, f"user_ann_{sfx}", scopes=("read", "write"))
+    return World(org, sfx, keys)
+
+
+async def _lexemes(engine, world: World, entity: str) -> tuple[set[str], set[str], int]:
+    """(the memory's access lexemes, its passages', how many passages differ from it)."""
+    async with engine.connect() as conn:
+        row = (await conn.execute(text(LEXEMES), {"org": world.org, "id": entity})).one()
+        names = {
+            n: (
+                await conn.execute(text("SELECT sibyl_access_lexeme(:u)"), {"u": world.user(n)})
+            ).scalar_one()
+            for n in ("ann", "bob", "dan", "eve")
+        }
+    back = {lexeme: n for n, lexeme in names.items()}
+    return (
+        {back.get(x, x) for x in row.memory},
+        {back.get(x, x) for x in row.passages},
+        row.passages_apart,
+    )
+
+
+async def test_the_database_keeps_the_lexemes_on_every_write(engine, client):
+    """Owner and grantees on a private memory and all its passages; nothing elsewhere; a grant,
+    a revocation, a re-scope and a re-cut each leave them right (the triggers of 0015)."""
+    w = await _world(engine)
+    assert await _lexemes(engine, w, "priv_loose") == ({"ann", "eve"}, set(), 0)
+    assert await _lexemes(engine, w, "long_priv") == ({"ann"}, {"ann"}, 0)  # cut into passages
+    assert await _lexemes(engine, w, "p1_doc") == (set(), set(), 0)
+    assert await _lexemes(engine, w, "org_note") == (set(), set(), 0)
+
+    owner = w.keys["ann:write"]
+    path = f"/api/entities/long_priv/grants/{w.user('bob')}"
+    assert (await call(client, "PUT", path, owner)).status_code == 200
+    assert await _lexemes(engine, w, "long_priv") == ({"ann", "bob"}, {"ann", "bob"}, 0)
+    assert (await call(client, "DELETE", path, owner)).status_code == 204
+    assert await _lexemes(engine, w, "long_priv") == ({"ann"}, {"ann"}, 0)
+
+    # a re-cut: new passages take the parent's lexemes
+    got = await call(client, "GET", "/api/entities/long_priv", owner)
+    body = got.json()["content"] + f"\n\n## Third\n\n{WORD} again\n"
+    r = await call(
+        client,
+        "PATCH",
+        "/api/entities/long_priv",
+        owner,
+        json={"content": body},
+        headers={"If-Match": got.headers["ETag"]},
+    )
+    assert r.status_code == 200, r.text
+    assert await _lexemes(engine, w, "long_priv") == ({"ann"}, {"ann"}, 0)
+
+    # out of the private scope: no lexeme left on the memory or its passages
+    got = await call(client, "GET", "/api/entities/long_priv", owner)
+    r = await call(
+        client,
+        "PATCH",
+        "/api/entities/long_priv",
+        owner,
+        json={"scope": "project"},
+        headers={"If-Match": got.headers["ETag"]},
+    )
+    assert r.status_code == 200, r.text
+    assert await _lexemes(engine, w, "long_priv") == (set(), set(), 0)
+
+
+async def test_a_grant_over_rest_opens_the_private_arm_and_its_revocation_closes_it(engine, client):
+    """Pair: bob (a viewer of p1) does not read ann's private memory in p1; granted it, he finds
+    it and its passages through the common word; revoked, his pages are byte-identical to those
+    before the grant."""
+    w = await _world(engine)
+    bob = w.keys["bob"]
+    before = await _transcript(client, bob)
+    assert "long_priv" not in _ids(before)
+    path = f"/api/entities/long_priv/grants/{w.user('bob')}"
+    assert (await call(client, "PUT", path, w.keys["ann:write"])).status_code == 200
+    granted = await _transcript(client, bob)
+    assert "long_priv" in _ids(granted)
+    assert (await call(client, "DELETE", path, w.keys["ann:write"])).status_code == 204
+    assert json.dumps(await _transcript(client, bob)) == json.dumps(before)
+
+
+async def test_a_lexeme_is_a_way_in_never_a_permission(engine, client):
+    """A stale or forged lexeme (written here by hand, the triggers bypassed) naming dan, an org
+    admin who may not read ann's private memories, changes nothing dan sees: every row the
+    private arm finds still passes the read rule."""
+    w = await _world(engine)
+    before = await _transcript(client, w.keys["dan"])
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE entities SET access_tsv = access_tsv"
+                " || array_to_tsvector(ARRAY[sibyl_access_lexeme(:u)])"
+                " WHERE org_id = :org AND id IN ('priv_in_p1', 'priv_loose', 'long_priv')"
+            ),
+            {"u": w.user("dan"), "org": w.org},
+        )
+    assert "dan" in (await _lexemes(engine, w, "long_priv"))[1]  # its passages too
+    after = await _transcript(client, w.keys["dan"])
+    assert json.dumps(after) == json.dumps(before)
+    assert not {"priv_in_p1", "priv_loose", "long_priv"} & _ids(after)
+
+
+async def test_a_private_memory_imported_after_its_grants_reader_exists(engine):
+    """The importer writes new memories and their passages with the row-by-row checks off
+    (``session_replication_role``): the triggers fire there too, so an imported private memory,
+    granted in the same file, carries its owner's and grantee's lexemes, passages included."""
+    org, sfx = "org_access_" + secrets.token_hex(4), secrets.token_hex(3)
+    long_body = f"## A\n\n{SECTION}\n\n## B\n\n{SECTION}\n"
+    records = [
+        *_rules_world(org, sfx, None),
+        _ent(org, sfx, "late_priv", "Late", long_body, scope="private", type="document"),
+        {"kind": "grant", "entity": "late_priv", "user": f"user_bob_{sfx}"},
+    ]
+    await import_dicts(engine, records)
+    w = World(org, sfx, {})
+    assert await _lexemes(engine, w, "late_priv") == ({"ann", "bob"}, {"ann", "bob"}, 0)
