@@ -52,7 +52,14 @@ _WORD_TF = """(SELECT CASE WHEN count(*) = cardinality(w.lexemes)
 
 
 def _contribution(tsv: str) -> str:
-    return saturation(_WORD_TF.format(tsv=tsv), f"length({tsv})")
+    """SQL: the word's BM25 saturation in ``tsv``, over ``x.tf`` of :func:`_word_tf`."""
+    return saturation("x.tf", f"length({tsv})")
+
+
+def _word_tf(tsv: str) -> str:
+    """SQL: ``CROSS JOIN LATERAL`` the word's frequency in ``tsv`` as ``x.tf``, computed once
+    per row (the saturation reads it twice; the fence keeps it from being inlined there)."""
+    return f"CROSS JOIN LATERAL (SELECT {_WORD_TF.format(tsv=tsv)} AS tf OFFSET 0) x"
 
 
 FULLTEXT_SQL = text(
@@ -70,13 +77,13 @@ scanned AS (  -- a word without lists: its readable matches, each arm up to :sca
     CROSS JOIN LATERAL (
         (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
                 {_contribution("t.search_tsv")} AS contribution
-         FROM entities t
+         FROM entities t {_word_tf("t.search_tsv")}
          WHERE w.list_lexeme IS NULL
            AND t.org_id = :r_org AND t.search_tsv @@ w.tsq AND {MEMORY_FILTER}
          LIMIT :scan_limit + 1)
       UNION ALL
         (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
-         FROM passages p {PARENT_OF_P}
+         FROM passages p {PARENT_OF_P} {_word_tf("p.search_tsv")}
          WHERE w.list_lexeme IS NULL
            AND p.org_id = :r_org AND p.search_tsv @@ w.tsq AND {PASSAGE_FILTER}
          LIMIT :scan_limit + 1)
@@ -119,14 +126,14 @@ private AS (  -- a word with lists: its matches among the reader's private memor
     CROSS JOIN LATERAL (
         (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
                 {_contribution("t.search_tsv")} AS contribution
-         FROM entities t
+         FROM entities t {_word_tf("t.search_tsv")}
          WHERE w.list_lexeme IS NOT NULL AND t.org_id = :r_org
            AND t.access_tsv IS NOT NULL AND (t.search_tsv || t.access_tsv) @@ r.q
            AND {MEMORY_FILTER}
          LIMIT :scan_limit + 1)
       UNION ALL
         (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
-         FROM passages p {PARENT_OF_P}
+         FROM passages p {PARENT_OF_P} {_word_tf("p.search_tsv")}
          WHERE w.list_lexeme IS NOT NULL AND p.org_id = :r_org
            AND p.access_tsv IS NOT NULL AND (p.search_tsv || p.access_tsv) @@ r.q
            AND {PASSAGE_FILTER}
