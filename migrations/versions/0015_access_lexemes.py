@@ -22,7 +22,9 @@ lexeme can only cost a candidate, never show a row. They are kept by triggers, s
   ``owner_id``: computed from the row and its grants;
 - ``entities`` after an UPDATE that changed ``access_tsv``: copied to the memory's passages;
 - ``entity_grants`` after INSERT or DELETE: the memory's recomputed (and so its passages');
-- ``passages`` before INSERT or a change of ``parent_id``: copied from the parent.
+- ``passages`` after an INSERT statement: the new passages of private memories take their
+  parent's, in one statement (a row trigger's lookup cost 70 us a passage: 0.8 s of the PEP
+  import). A passage never changes its parent (a re-cut deletes and inserts).
 
 The importer's set-based blocks run with ``session_replication_role = replica`` (its foreign
 keys checked beforehand), so the triggers are ``ENABLE ALWAYS``: they fire there too. The
@@ -94,9 +96,11 @@ END $$;
 
 CREATE FUNCTION sibyl_passages_access() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  NEW.access_tsv := (SELECT t.access_tsv FROM entities t
-                     WHERE t.org_id = NEW.org_id AND t.id = NEW.parent_id);
-  RETURN NEW;
+  UPDATE passages p SET access_tsv = t.access_tsv
+  FROM new_passages n
+  JOIN entities t ON t.org_id = n.org_id AND t.id = n.parent_id
+  WHERE t.access_tsv IS NOT NULL AND p.org_id = n.org_id AND p.id = n.id;
+  RETURN NULL;
 END $$;
 """
 
@@ -116,8 +120,9 @@ CREATE TRIGGER access_to_passages AFTER UPDATE ON entities
 CREATE TRIGGER access_on_grant AFTER INSERT OR DELETE ON entity_grants
   FOR EACH ROW EXECUTE FUNCTION sibyl_grants_access();
 
-CREATE TRIGGER access_from_parent BEFORE INSERT OR UPDATE OF parent_id ON passages
-  FOR EACH ROW EXECUTE FUNCTION sibyl_passages_access();
+CREATE TRIGGER access_from_parent AFTER INSERT ON passages
+  REFERENCING NEW TABLE AS new_passages
+  FOR EACH STATEMENT EXECUTE FUNCTION sibyl_passages_access();
 
 ALTER TABLE entities ENABLE ALWAYS TRIGGER access_on_insert;
 
