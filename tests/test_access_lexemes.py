@@ -9,6 +9,7 @@ finds it, whoever may not gets exactly what they would get if it did not exist.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 
@@ -160,3 +161,78 @@ async def test_a_private_memory_imported_after_its_grants_reader_exists(engine):
     await import_dicts(engine, records)
     w = World(org, sfx, {})
     assert await _lexemes(engine, w, "late_priv") == ({"ann", "bob"}, {"ann", "bob"}, 0)
+
+
+async def test_concurrent_grants_and_revocations_of_one_memory_all_succeed(engine, client):
+    """Six grants of one memory at once, then their six revocations at once: every one answers
+    as alone (the trigger updates the memory's row, so the grant locks it for that update up
+    front; holding only a share lock, concurrent grants waited on each other until a 503)."""
+    w = await _world(engine)
+    extra = [f"user_x{i}_{w.sfx}" for i in range(6)]
+    async with engine.begin() as conn:
+        for user in extra:
+            await conn.execute(
+                text(
+                    "INSERT INTO users (org_id, id, handle, role) VALUES (:org, :id, :id, 'member')"
+                ),
+                {"org": w.org, "id": user},
+            )
+    owner = w.keys["ann:write"]
+    paths = [f"/api/entities/long_priv/grants/{user}" for user in extra]
+    granted = await asyncio.gather(*(call(client, "PUT", p, owner) for p in paths))
+    assert [r.status_code for r in granted] == [200] * 6, [r.text for r in granted]
+    memory, passages, apart = await _lexemes(engine, w, "long_priv")
+    assert len(memory) == 7 and memory == passages and apart == 0  # ann and the six
+    revoked = await asyncio.gather(*(call(client, "DELETE", p, owner) for p in paths))
+    assert [r.status_code for r in revoked] == [204] * 6, [r.text for r in revoked]
+    assert await _lexemes(engine, w, "long_priv") == ({"ann"}, {"ann"}, 0)
+
+
+async def test_a_grant_changed_in_place_moves_its_lexeme(engine):
+    """A DBA's UPDATE of a grant (another user, another memory) leaves the lexemes of both the
+    old and the new memory right."""
+    w = await _world(engine)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE entity_grants SET user_id = :bob"
+                " WHERE org_id = :org AND entity_id = 'priv_loose' AND user_id = :eve"
+            ),
+            {"org": w.org, "bob": w.user("bob"), "eve": w.user("eve")},
+        )
+    assert (await _lexemes(engine, w, "priv_loose"))[0] == {"ann", "bob"}
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE entity_grants SET entity_id = 'long_priv'"
+                " WHERE org_id = :org AND entity_id = 'priv_loose'"
+            ),
+            {"org": w.org},
+        )
+    assert (await _lexemes(engine, w, "priv_loose"))[0] == {"ann"}
+    assert await _lexemes(engine, w, "long_priv") == ({"ann", "bob"}, {"ann", "bob"}, 0)
+
+
+async def test_the_triggers_work_whatever_the_session_search_path(engine):
+    """A session whose search path leaves out the schema (pg_restore's empty one) can still
+    write: the trigger functions keep the path they were created with."""
+    w = await _world(engine)
+    async with engine.begin() as conn:
+        schema = (await conn.execute(text("SELECT current_schema()"))).scalar_one()
+        await conn.execute(text("SET LOCAL search_path TO pg_catalog"))
+        await conn.execute(
+            text(
+                f"INSERT INTO {schema}.entity_grants (org_id, entity_id, user_id)"
+                " VALUES (:org, 'long_priv', :dan)"
+            ),
+            {"org": w.org, "dan": w.user("dan")},
+        )
+        await conn.execute(
+            text(
+                f"UPDATE {schema}.entities SET scope = 'project'"
+                " WHERE org_id = :org AND id = 'priv_loose'"
+            ),
+            {"org": w.org},
+        )
+    assert await _lexemes(engine, w, "long_priv") == ({"ann", "dan"}, {"ann", "dan"}, 0)
+    assert await _lexemes(engine, w, "priv_loose") == (set(), set(), 0)

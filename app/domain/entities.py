@@ -374,7 +374,9 @@ async def set_grant(
     memory themselves (nobody revokes what they cannot read). Raises ``NotFound`` (memory or user
     absent/unreadable, or no such grant to revoke), ``Forbidden``.
     """
-    found = await permissions.load_targets(conn, reader, [entity_id], lock="share")
+    # NO KEY UPDATE: the grant trigger updates this row (migration 0015); two grants holding
+    # SHARE would each wait for the other to release it (a deadlock, a 503 after the retries)
+    found = await permissions.load_targets(conn, reader, [entity_id], lock="no_key_update")
     target = found.get(entity_id)
     if target is None:
         raise NotFound()

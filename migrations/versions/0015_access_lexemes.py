@@ -21,11 +21,14 @@ lexeme can only cost a candidate, never show a row. They are kept by triggers, s
 - ``entities`` before INSERT (a private row) or an UPDATE that changes ``scope`` or
   ``owner_id``: computed from the row and its grants;
 - ``entities`` after an UPDATE that changed ``access_tsv``: copied to the memory's passages;
-- ``entity_grants`` after INSERT or DELETE: the memory's recomputed (and so its passages');
+- ``entity_grants`` after INSERT, UPDATE or DELETE: the memory's recomputed (and so its
+  passages'), an UPDATE's old and new memory both;
 - ``passages`` after an INSERT statement: the new passages of private memories take their
   parent's, in one statement (a row trigger's lookup cost 70 us a passage: 0.8 s of the PEP
   import). A passage never changes its parent (a re-cut deletes and inserts).
 
+The trigger functions keep the search path they were created with (``SET search_path FROM
+CURRENT``): a session with another path (``pg_restore``'s empty one) still finds the tables.
 The importer's set-based blocks run with ``session_replication_role = replica`` (its foreign
 keys checked beforehand), so the triggers are ``ENABLE ALWAYS``: they fire there too. The
 benchmark's generator, which loads with its indexes dropped, disables them and fills the column
@@ -70,13 +73,15 @@ RETURN CASE WHEN scope = 'private' THEN array_to_tsvector(array_remove(  -- no o
 COMMENT ON FUNCTION sibyl_access_tsv(text, text, text, text) IS
   'A memory''s access_tsv: its owner and grantees as lexemes when private, else NULL.';
 
-CREATE FUNCTION sibyl_entities_access() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION sibyl_entities_access() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
 BEGIN
   NEW.access_tsv := sibyl_access_tsv(NEW.org_id, NEW.id, NEW.scope, NEW.owner_id);
   RETURN NEW;
 END $$;
 
-CREATE FUNCTION sibyl_entities_access_passages() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION sibyl_entities_access_passages() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
 BEGIN
   UPDATE passages SET access_tsv = NEW.access_tsv
   WHERE org_id = NEW.org_id AND parent_id = NEW.id
@@ -84,17 +89,23 @@ BEGIN
   RETURN NULL;
 END $$;
 
-CREATE FUNCTION sibyl_grants_access() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  g entity_grants;
+CREATE FUNCTION sibyl_grants_access() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
 BEGIN
-  IF TG_OP = 'DELETE' THEN g := OLD; ELSE g := NEW; END IF;
-  UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
-  WHERE t.org_id = g.org_id AND t.id = g.entity_id AND t.scope = 'private';
+  IF TG_OP <> 'INSERT' THEN  -- the memory a grant left (a DELETE, or an UPDATE of the grant)
+    UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
+    WHERE t.org_id = OLD.org_id AND t.id = OLD.entity_id AND t.scope = 'private';
+  END IF;
+  IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE'  -- the memory it names now, unless done just above
+      AND (NEW.org_id, NEW.entity_id) IS DISTINCT FROM (OLD.org_id, OLD.entity_id)) THEN
+    UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
+    WHERE t.org_id = NEW.org_id AND t.id = NEW.entity_id AND t.scope = 'private';
+  END IF;
   RETURN NULL;
 END $$;
 
-CREATE FUNCTION sibyl_passages_access() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION sibyl_passages_access() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
 BEGIN
   UPDATE passages p SET access_tsv = t.access_tsv
   FROM new_passages n
@@ -117,7 +128,7 @@ CREATE TRIGGER access_to_passages AFTER UPDATE ON entities
   FOR EACH ROW WHEN (OLD.access_tsv IS DISTINCT FROM NEW.access_tsv)
   EXECUTE FUNCTION sibyl_entities_access_passages();
 
-CREATE TRIGGER access_on_grant AFTER INSERT OR DELETE ON entity_grants
+CREATE TRIGGER access_on_grant AFTER INSERT OR UPDATE OR DELETE ON entity_grants
   FOR EACH ROW EXECUTE FUNCTION sibyl_grants_access();
 
 CREATE TRIGGER access_from_parent AFTER INSERT ON passages
