@@ -1009,8 +1009,8 @@ ACCESS_TABLES = ("entities", "passages", "entity_grants")
 
 async def _fill_access(conn: asyncpg.Connection) -> None:
     """What the triggers of :data:`ACCESS_TABLES`, off during a fresh load, would have written:
-    every private memory's access lexemes, then its passages'; the triggers back on (as the
-    migration leaves them: ``ENABLE ALWAYS``)."""
+    every private memory's access lexemes, then its passages'; then the tables' user triggers
+    back on as the migration leaves them, ``ENABLE ALWAYS`` (0015's are their only ones)."""
     await conn.execute(
         "UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)"
         " WHERE t.scope = 'private'"
