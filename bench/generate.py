@@ -1011,14 +1011,7 @@ async def _fill_access(conn: asyncpg.Connection) -> None:
     """What the triggers of :data:`ACCESS_TABLES`, off during a fresh load, would have written:
     every private memory's access lexemes, then its passages'; then the tables' user triggers
     back on as the migration leaves them, ``ENABLE ALWAYS`` (0015's are their only ones)."""
-    await conn.execute(
-        "UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)"
-        " WHERE t.scope = 'private'"
-    )
-    await conn.execute(
-        "UPDATE passages p SET access_tsv = t.access_tsv FROM entities t"
-        " WHERE t.org_id = p.org_id AND t.id = p.parent_id AND t.access_tsv IS NOT NULL"
-    )
+    await conn.execute("SELECT sibyl_access_refill()")
     for table in ACCESS_TABLES:
         triggers = await conn.fetch(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = CAST($1 AS regclass)"

@@ -30,9 +30,9 @@ lexeme can only cost a candidate, never show a row. They are kept by triggers, s
 The trigger functions keep the search path they were created with (``SET search_path FROM
 CURRENT``): a session with another path (``pg_restore``'s empty one) still finds the tables.
 The importer's set-based blocks run with ``session_replication_role = replica`` (its foreign
-keys checked beforehand), so the triggers are ``ENABLE ALWAYS``: they fire there too. The
-benchmark's generator, which loads with its indexes dropped, disables them and fills the column
-in one statement (``bench/generate.py``).
+keys checked beforehand), so the triggers are ``ENABLE ALWAYS``: they fire there too. A
+load with the triggers off (the benchmark's generator, which drops its indexes first) fills the
+column after with ``SELECT sibyl_access_refill()``.
 
 Revision ID: 0015
 Revises: 0014
@@ -73,6 +73,29 @@ RETURN CASE WHEN scope = 'private' THEN array_to_tsvector(array_remove(  -- no o
 COMMENT ON FUNCTION sibyl_access_tsv(text, text, text, text) IS
   'A memory''s access_tsv: its owner and grantees as lexemes when private, else NULL.';
 
+CREATE FUNCTION sibyl_access_refresh(org text, entity text) RETURNS void
+LANGUAGE sql BEGIN ATOMIC
+  UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
+  WHERE t.org_id = org AND t.id = entity AND t.scope = 'private';
+END;
+
+COMMENT ON FUNCTION sibyl_access_refresh(text, text) IS
+  'Recompute one private memory''s access_tsv (its passages follow by trigger).';
+
+CREATE FUNCTION sibyl_access_refill() RETURNS void
+LANGUAGE sql BEGIN ATOMIC
+  UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
+  WHERE t.scope = 'private';
+  UPDATE passages p SET access_tsv = t.access_tsv
+  FROM entities t
+  WHERE t.org_id = p.org_id AND t.id = p.parent_id AND t.access_tsv IS NOT NULL
+    AND p.access_tsv IS DISTINCT FROM t.access_tsv;
+END;
+
+COMMENT ON FUNCTION sibyl_access_refill() IS
+  'Every private memory''s access_tsv, then its passages'' where they differ: after rows were
+   written with the access triggers off (a load with its indexes dropped).';
+
 CREATE FUNCTION sibyl_entities_access() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
 BEGIN
@@ -93,13 +116,11 @@ CREATE FUNCTION sibyl_grants_access() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT AS $$
 BEGIN
   IF TG_OP <> 'INSERT' THEN  -- the memory a grant left (a DELETE, or an UPDATE of the grant)
-    UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
-    WHERE t.org_id = OLD.org_id AND t.id = OLD.entity_id AND t.scope = 'private';
+    PERFORM sibyl_access_refresh(OLD.org_id, OLD.entity_id);
   END IF;
   IF TG_OP = 'INSERT' OR (TG_OP = 'UPDATE'  -- the memory it names now, unless done just above
       AND (NEW.org_id, NEW.entity_id) IS DISTINCT FROM (OLD.org_id, OLD.entity_id)) THEN
-    UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
-    WHERE t.org_id = NEW.org_id AND t.id = NEW.entity_id AND t.scope = 'private';
+    PERFORM sibyl_access_refresh(NEW.org_id, NEW.entity_id);
   END IF;
   RETURN NULL;
 END $$;
@@ -148,14 +169,7 @@ ALTER TABLE passages ENABLE ALWAYS TRIGGER access_from_parent;
 
 # Every private memory's lexemes, then its passages' (the triggers are created after, so the
 # fill writes each row once).
-FILL = """
-UPDATE entities t SET access_tsv = sibyl_access_tsv(t.org_id, t.id, t.scope, t.owner_id)
-WHERE t.scope = 'private';
-
-UPDATE passages p SET access_tsv = t.access_tsv
-FROM entities t
-WHERE t.org_id = p.org_id AND t.id = p.parent_id AND t.access_tsv IS NOT NULL;
-"""
+FILL = "SELECT sibyl_access_refill()"
 
 
 def _statements(script: str) -> list[str]:
@@ -166,7 +180,7 @@ def _statements(script: str) -> list[str]:
 def upgrade() -> None:
     op.execute("ALTER TABLE entities ADD COLUMN access_tsv tsvector")
     op.execute("ALTER TABLE passages ADD COLUMN access_tsv tsvector")
-    for statement in [*_statements(FUNCTIONS), *_statements(FILL), *_statements(TRIGGERS)]:
+    for statement in [*_statements(FUNCTIONS), FILL, *_statements(TRIGGERS)]:
         op.execute(statement)
     for table in ("entities", "passages"):
         op.execute(
@@ -192,6 +206,8 @@ def downgrade() -> None:
         "sibyl_grants_access()",
         "sibyl_entities_access_passages()",
         "sibyl_entities_access()",
+        "sibyl_access_refill()",
+        "sibyl_access_refresh(text, text)",
         "sibyl_access_tsv(text, text, text, text)",
         "sibyl_access_query(text)",
         "sibyl_access_lexeme(text)",
