@@ -15,7 +15,10 @@ import secrets
 
 from sqlalchemy import text
 
+from app.domain.schemas import SearchRequest, SearchResponse
+from app.domain.search import SearchSettings, search
 from app.repo import term_stats
+from app.repo.readers import reader_by_user
 from tests.builders import import_dicts, make_key
 from tests.team import call
 from tests.test_search import SECTION, WORD, _ent, _ids, _rules_world, _transcript
@@ -234,3 +237,83 @@ async def test_the_triggers_work_whatever_the_session_search_path(engine):
         )
     assert await _lexemes(engine, w, "long_priv") == ({"ann", "dan"}, {"ann", "dan"}, 0)
     assert await _lexemes(engine, w, "priv_loose") == (set(), set(), 0)
+
+
+def _crowded_world(org: str, sfx: str, *, needle: bool) -> list[dict]:
+    """Two words on the impact lists (each in 205 org-wide memories), 30 private memories of
+    ann holding the first (``quokka``), then, written last, ann's private ``needle`` holding
+    the second (``wombat``) three times, granted to eve; bob reads neither."""
+    out = [
+        {"kind": "org", "id": org, "name": "Crowded"},
+        *(
+            {"kind": "user", "id": f"user_{n}_{sfx}", "org": org, "handle": n, "role": "member"}
+            for n in ("ann", "bob", "eve")
+        ),
+        *(
+            _ent(org, sfx, f"q_{i}", f"Open q {i}", f"quokka {SECTION}", scope="org")
+            for i in range(205)
+        ),
+        *(
+            _ent(org, sfx, f"w_{i}", f"Open w {i}", f"wombat {SECTION}", scope="org")
+            for i in range(205)
+        ),
+        *(
+            _ent(
+                org,
+                sfx,
+                f"mine_{i:02d}",
+                f"Mine {i}",
+                "quokka quokka",
+                scope="private",
+                project=None,
+            )
+            for i in range(30)
+        ),
+    ]
+    if needle:
+        out += [
+            _ent(
+                org, sfx, "needle", "Needle", "wombat wombat wombat", scope="private", project=None
+            ),
+            {"kind": "grant", "entity": "needle", "user": f"user_eve_{sfx}"},
+        ]
+    return out
+
+
+async def test_a_rare_private_match_is_not_crowded_out_by_a_common_words_many(engine):
+    """The private arm's bound is shared equally among the query's words that take the impact
+    lists (``scan_limit`` 10, two words: 5 matches each a table), so ann's 30 private
+    ``quokka`` memories, written first, cannot use up the reads that find her one private
+    ``wombat`` memory: it is found (first: it holds its word three times in three words) and
+    the lane says it cut the ``quokka`` matches. Pair: eve, granted it, finds it too; bob gets
+    exactly the page he gets where it does not exist."""
+    pipeline = SearchSettings(scan_limit=10)
+    pages: dict[tuple[bool, str], SearchResponse] = {}
+    for needle in (True, False):
+        org, sfx = "org_crowd_" + secrets.token_hex(4), secrets.token_hex(3)
+        await import_dicts(engine, _crowded_world(org, sfx, needle=needle))
+        await term_stats.refresh_orgs(engine, [org])
+        async with engine.connect() as conn:
+            listed = await conn.scalar(
+                text(
+                    "SELECT count(DISTINCT lexeme) FROM term_impact_lists"
+                    " WHERE org_id = :o AND lexeme IN ('quokka', 'wombat')"
+                ),
+                {"o": org},
+            )
+            assert listed == 2, "both words must take the impact lists"
+            for handle in ("ann", "eve", "bob"):
+                reader = await reader_by_user(
+                    conn, user_id=f"user_{handle}_{sfx}", key_projects=None
+                )
+                assert reader is not None
+                request = SearchRequest(query="quokka wombat", limit=10)
+                pages[needle, handle] = await search(conn, reader, request, pipeline=pipeline)
+    for handle in ("ann", "eve"):
+        page = pages[True, handle]
+        assert page.results and page.results[0].id == "needle", handle
+    assert pages[True, "ann"].filters["candidates_capped"] is True
+    bob, bob_without = pages[True, "bob"], pages[False, "bob"]
+    assert "needle" not in {r.id for r in bob.results}
+    assert [(r.id, r.score) for r in bob.results] == [(r.id, r.score) for r in bob_without.results]
+    assert bob.filters["candidates_capped"] == bob_without.filters["candidates_capped"]
