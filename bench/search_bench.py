@@ -107,9 +107,11 @@ async def ensure_vectors(url: str, org: str, log: Log) -> bool:
                 ],
                 columns=["org_id", "memory_id", "revision", "doc_id", "chunk", "embedding"],
             )
-        await conn.execute(
+        await conn.execute(  # a memory's vectors: one per document (itself, its passages)
             """INSERT INTO embedding_state (org_id, memory_id, revision, model, chunks)
-               SELECT t.org_id, t.id, t.revision, $2, 1 FROM entities t WHERE t.org_id = $1""",
+               SELECT e.org_id, e.memory_id, min(e.revision), $2, count(*)
+               FROM embeddings e WHERE e.org_id = $1
+               GROUP BY e.org_id, e.memory_id""",
             org,
             HASHING,
         )

@@ -31,6 +31,7 @@ from app.core.migrations import upgrade
 from app.domain.schemas import SearchRequest, SearchResponse
 from app.domain.search import SearchSettings, search
 from app.domain.search import semantic as semantic_lane
+from app.repo import term_stats
 from app.repo.readers import reader_by_key
 from app.service.workers.embeddings import embed_due
 from tests.builders import import_dicts, make_key, memory_record, org_records
@@ -151,6 +152,58 @@ async def test_a_reader_who_sees_one_percent_gets_a_full_page(vec_engine):
         got = await _ask(vec_engine, bob, "kelp forests cold water", settings, limit=10)
         assert sorted(r.id for r in got.results) == sorted(f"c_{i}" for i in range(10))
         assert got.filters["lanes"]["semantic"]["path"] == "exact"
+
+
+async def test_the_index_path_reads_as_many_chunks_as_its_readers_share_needs(vec_engine):
+    """ann reads the open project's 120 memories, not the closed project's 120 (half the org's
+    documents, two chunks each: the name, the body): with ``semantic_k`` 20 and the margin 2,
+    the index path reads 2 × 20 × 2 ÷ 0.5 = 160 nearest chunks and finds a full page in them,
+    all ann's; bob, who reads the whole org, reads 80."""
+    sfx, org = secrets.token_hex(3), "org_vecef_" + secrets.token_hex(4)
+    records = org_records(org, sfx, {"ann": "member", "bob": "member"})
+    records.append({"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "viewer"})
+    records += [
+        memory_record(org, sfx, f"o_{i}", f"Open {i}", f"kelp forests cold water open {i}")
+        for i in range(120)
+    ]
+    records += [
+        memory_record(
+            org, sfx, f"c_{i}", f"Closed {i}", f"kelp forests cold water {i}", project="p1"
+        )
+        for i in range(120)
+    ]
+    await _load(vec_engine, records)
+    await term_stats.refresh_orgs(vec_engine, [org])
+    settings = HASHING.replace(semantic_exact_limit=0, semantic_k=20)
+    for handle, ef, prefix in (("ann", 160, "o_"), ("bob", 80, "")):
+        key = await make_key(vec_engine, f"user_{handle}_{sfx}")
+        got = await _ask(vec_engine, key, "kelp forests cold water", settings, limit=20)
+        lane = got.filters["lanes"]["semantic"]
+        assert (lane["path"], lane["ef"]) == ("index", ef), handle
+        assert len(got.results) == 20 and all(r.id.startswith(prefix) for r in got.results)
+
+
+def test_the_index_paths_reads_follow_chunks_per_document_and_stay_in_bounds():
+    """Two chunks a document double the reads; a reader of 1 % would need more than pgvector
+    allows (``semantic_ef``, 1000); a generous reader never reads fewer than ``semantic_k``;
+    memories without vectors yet do not count as documents with one chunk."""
+    s = SearchSettings(semantic_k=50)
+
+    def ef(readable: int, org: int, memories: int, embedded: int, chunks: int, **kw) -> int:
+        return semantic_lane.index_ef(
+            s.replace(**kw),
+            readable_documents=readable,
+            org_documents=org,
+            memories=memories,
+            embedded=embedded,
+            chunks=chunks,
+        )
+
+    assert ef(500, 1000, 100, 100, 1000) == 400  # half the org, two chunks a document
+    assert ef(1000, 1000, 100, 100, 1000) == 100  # the whole org, one chunk a document
+    assert ef(1000, 1000, 100, 50, 1000) == 200  # half embedded: 1,000 vectors for 500 documents
+    assert ef(10, 1000, 10, 10, 10) == 1000
+    assert ef(1000, 1000, 100, 100, 1000, semantic_ef_margin=0.1) == 50
 
 
 async def test_without_pgvector_search_is_lexical_and_says_so(engine):

@@ -12,15 +12,17 @@ document (:mod:`app.domain.chunks`), written by the embedding worker after write
 - compares the query's vector with every readable chunk vector (exact under the read rule) when
   the reader's readable documents number at most :attr:`SearchSettings.semantic_exact_limit`,
   or are less than :attr:`SearchSettings.semantic_index_share` of the org's; otherwise the HNSW
-  index's nearest first, exactly again when they hold fewer than ``semantic_k`` readable
-  documents;
+  index's nearest first (as many as :func:`index_ef` expects to hold ``semantic_k`` readable
+  documents with a margin), exactly again when they hold fewer;
 - returns the ``semantic_k`` nearest documents as ranks; reports the share of the reader's
-  memories whose vectors are current (``coverage``) and the path taken.
+  memories whose vectors are current (``coverage``), the path taken and, on the index path,
+  its ``ef``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -34,7 +36,7 @@ from app.domain.search.settings import SearchSettings
 from app.repo.search import semantic as semantic_repo
 
 COVERAGE_TTL_S = 30.0
-_coverage: dict[tuple[object, ...], tuple[float, tuple[int, int]]] = {}
+_coverage: dict[tuple[object, ...], tuple[float, tuple[int, int, int]]] = {}
 _tables: dict[str, bool] = {}
 
 
@@ -47,7 +49,7 @@ async def _tables_present(conn: AsyncConnection) -> bool:
     return _tables[key]
 
 
-async def _coverage_of(conn: AsyncConnection, reader: Reader, model: str) -> tuple[int, int]:
+async def _coverage_of(conn: AsyncConnection, reader: Reader, model: str) -> tuple[int, int, int]:
     key = (reader.org_id, reader.user_id, reader.readable_projects, reader.restricted, model)
     now = time.monotonic()
     hit = _coverage.get(key)
@@ -58,6 +60,32 @@ async def _coverage_of(conn: AsyncConnection, reader: Reader, model: str) -> tup
         _coverage.clear()
     _coverage[key] = (now, found)
     return found
+
+
+def index_ef(
+    settings: SearchSettings,
+    *,
+    readable_documents: int,
+    org_documents: int,
+    memories: int,
+    embedded: int,
+    chunks: int,
+) -> int:
+    """How many of the org's nearest chunks the index path reads (HNSW ``ef_search``): enough
+    that ``semantic_k`` readable documents are expected ``semantic_ef_margin`` times over, i.e.
+    margin × k × (chunks per document) ÷ (the reader's share of the org's documents), between
+    ``semantic_k`` and ``semantic_ef``. Chunks per document: the reader's vectors (``chunks``,
+    of ``embedded`` of its ``memories``) over its documents with vectors (its
+    ``readable_documents`` in the same proportion), at least 1. A reader of half the org whose
+    documents have two chunks each reads 400; one of the whole org with one chunk each, 100.
+    Fewer readable documents than ``semantic_k`` among them send the lane to the exact path,
+    so the bound costs time, never rows."""
+    k = settings.semantic_k
+    share = readable_documents / org_documents if org_documents else 1.0
+    with_vectors = readable_documents * (embedded / memories) if memories else 0.0
+    per_document = max(chunks / with_vectors, 1.0) if with_vectors else 1.0
+    wanted = math.ceil(settings.semantic_ef_margin * k * per_document / max(share, 1e-9))
+    return max(k, min(wanted, settings.semantic_ef))
 
 
 async def lane(
@@ -82,7 +110,7 @@ async def lane(
         return None, {"ran": False, "reason": "the database server has no pgvector"}
     model = models.embedder(settings.embedder)
     vector = (await asyncio.to_thread(model.encode, [query.text]))[0]
-    memories, embedded = await _coverage_of(conn, reader, model.name)
+    memories, embedded, chunks = await _coverage_of(conn, reader, model.name)
     indexed = (
         readable_documents is not None
         and org_documents is not None
@@ -97,7 +125,18 @@ async def lane(
         "lifecycles": filters.lifecycles,
         "project": filters.project,
     }
-    near = await semantic_repo.nearest(conn, **ask, ef=settings.semantic_ef if indexed else None)  # type: ignore[arg-type]
+    ef = None
+    if indexed:
+        assert readable_documents is not None and org_documents is not None
+        ef = index_ef(
+            settings,
+            readable_documents=readable_documents,
+            org_documents=org_documents,
+            memories=memories,
+            embedded=embedded,
+            chunks=chunks,
+        )
+    near = await semantic_repo.nearest(conn, **ask, ef=ef)  # type: ignore[arg-type]
     path = "index" if indexed else "exact"
     if indexed and len(near) < settings.semantic_k:
         near = await semantic_repo.nearest(conn, **ask)  # type: ignore[arg-type]
@@ -110,5 +149,6 @@ async def lane(
         "ran": True,
         "model": model.name,
         "path": path,
+        **({"ef": ef} if ef is not None else {}),
         "coverage": round(embedded / memories, 4) if memories else 1.0,
     }

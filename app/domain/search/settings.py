@@ -39,8 +39,12 @@ class SearchSettings:
     semantic_index_share: float = 0.5
     """The least share of the org's documents a reader reads for the index path: a reader of
     less is always answered exactly."""
-    semantic_ef: int = 400
-    """How many nearest chunks the index path reads (HNSW ``ef_search``)."""
+    semantic_ef_margin: float = 2.0
+    """The index path reads the org's nearest chunks until it expects this many times
+    ``semantic_k`` readable documents among them: margin × k × (the reader's chunks per
+    document) ÷ (the reader's share of the org's documents) (HNSW ``ef_search``)."""
+    semantic_ef: int = 1000
+    """The most nearest chunks the index path reads (pgvector's own bound on ``ef_search``)."""
 
     # the query's words
     max_words: int = 12

@@ -12,7 +12,8 @@ filters on their memories. When fewer than ``:k`` readable documents come back, 
 the exact statement instead (never a short page for a reader who sees little).
 
 **Coverage** (``sibyl:search.semantic_coverage``): of the reader's readable memories (not
-retired), how many have vectors of their current revision by the model in use.
+retired), how many have vectors of their current revision by the model in use, and how many
+vectors those are (what sizes the index path's ``:ef``).
 """
 
 from __future__ import annotations
@@ -76,7 +77,9 @@ LIMIT :k"""
 COVERAGE_SQL = text(
     f"""/* sibyl:search.semantic_coverage */
 SELECT count(*) AS memories,
-       count(*) FILTER (WHERE s.revision = t.revision AND s.model = :model) AS embedded
+       count(*) FILTER (WHERE s.revision = t.revision AND s.model = :model) AS embedded,
+       coalesce(sum(s.chunks) FILTER (WHERE s.revision = t.revision AND s.model = :model), 0)
+           AS chunks
 FROM entities t
 LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
 WHERE t.org_id = :r_org AND t.lifecycle <> 'retired' AND {readable("t")}"""
@@ -134,7 +137,8 @@ async def nearest(
 
 async def coverage(
     conn: AsyncConnection, *, reader_params: dict[str, object], model: str
-) -> tuple[int, int]:
-    """(readable memories, those with vectors of their current revision by ``model``)."""
+) -> tuple[int, int, int]:
+    """(readable memories, those with vectors of their current revision by ``model``, and the
+    number of those vectors: chunks of every document of those memories)."""
     row = (await conn.execute(COVERAGE_SQL, {**reader_params, "model": model})).one()
-    return int(row.memories), int(row.embedded)
+    return int(row.memories), int(row.embedded), int(row.chunks)
