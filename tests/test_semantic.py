@@ -111,6 +111,22 @@ async def _load(engine: AsyncEngine, records: list[dict]) -> None:
     await embed_due(engine, model_name=models.HASHING)
 
 
+def _two_projects(org: str, sfx: str, open_n: int, closed_n: int, closed_text: str) -> list[dict]:
+    """ann and bob, bob a viewer of the private project p1; ``open_n`` memories about kelp in
+    the open project p2 (``o_<i>``), ``closed_n`` of ``closed_text`` in p1 (``c_<i>``)."""
+    out = org_records(org, sfx, {"ann": "member", "bob": "member"})
+    out.append({"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "viewer"})
+    out += [
+        memory_record(org, sfx, f"o_{i}", f"Open {i}", f"kelp forests cold water open {i}")
+        for i in range(open_n)
+    ]
+    out += [
+        memory_record(org, sfx, f"c_{i}", f"Closed {i}", f"{closed_text} {i}", project="p1")
+        for i in range(closed_n)
+    ]
+    return out
+
+
 async def test_hidden_vectors_change_nothing_a_reader_sees(vec_engine):
     pages = {}
     for hidden in (True, False):
@@ -133,19 +149,9 @@ async def test_hidden_vectors_change_nothing_a_reader_sees(vec_engine):
 
 
 async def test_a_reader_who_sees_one_percent_gets_a_full_page(vec_engine):
-    sfx, org = secrets.token_hex(3), "org_vec1_" + secrets.token_hex(4)
-    records = org_records(org, sfx, {"ann": "member", "bob": "member"})
-    records.append({"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "viewer"})
     # 1,000 memories in the org's open project, 10 (1 %) in p1, which bob's key is bound to
-    records += [
-        memory_record(org, sfx, f"o_{i}", f"Open {i}", f"kelp forests cold water open {i}")
-        for i in range(990)
-    ]
-    records += [
-        memory_record(org, sfx, f"c_{i}", f"Closed {i}", f"a closed note number {i}", project="p1")
-        for i in range(10)
-    ]
-    await _load(vec_engine, records)
+    sfx, org = secrets.token_hex(3), "org_vec1_" + secrets.token_hex(4)
+    await _load(vec_engine, _two_projects(org, sfx, 990, 10, "a closed note number"))
     bob = await make_key(vec_engine, f"user_bob_{sfx}", projects=["p1"])
     for limit_exact in (10_000, 0):  # exact at once; the index first (then exact: too few)
         settings = HASHING.replace(semantic_exact_limit=limit_exact, semantic_k=10)
@@ -160,19 +166,7 @@ async def test_the_index_path_reads_as_many_chunks_as_its_readers_share_needs(ve
     the index path reads 2 × 20 × 2 ÷ 0.5 = 160 nearest chunks and finds a full page in them,
     all ann's; bob, who reads the whole org, reads 80."""
     sfx, org = secrets.token_hex(3), "org_vecef_" + secrets.token_hex(4)
-    records = org_records(org, sfx, {"ann": "member", "bob": "member"})
-    records.append({"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "viewer"})
-    records += [
-        memory_record(org, sfx, f"o_{i}", f"Open {i}", f"kelp forests cold water open {i}")
-        for i in range(120)
-    ]
-    records += [
-        memory_record(
-            org, sfx, f"c_{i}", f"Closed {i}", f"kelp forests cold water {i}", project="p1"
-        )
-        for i in range(120)
-    ]
-    await _load(vec_engine, records)
+    await _load(vec_engine, _two_projects(org, sfx, 120, 120, "kelp forests cold water"))
     await term_stats.refresh_orgs(vec_engine, [org])
     settings = HASHING.replace(semantic_exact_limit=0, semantic_k=20)
     for handle, ef, prefix in (("ann", 160, "o_"), ("bob", 80, "")):
