@@ -19,7 +19,7 @@ from app.domain.schemas import SearchRequest, SearchResponse
 from app.domain.search import SearchSettings, search
 from app.repo import term_stats
 from app.repo.readers import reader_by_user
-from tests.builders import import_dicts, make_key
+from tests.builders import import_dicts, make_key, org_records
 from tests.team import call
 from tests.test_search import SECTION, WORD, _ent, _ids, _rules_world, _transcript
 
@@ -317,3 +317,53 @@ async def test_a_rare_private_match_is_not_crowded_out_by_a_common_words_many(en
     assert "needle" not in {r.id for r in bob.results}
     assert [(r.id, r.score) for r in bob.results] == [(r.id, r.score) for r in bob_without.results]
     assert bob.filters["candidates_capped"] == bob_without.filters["candidates_capped"]
+
+
+def _restricted_world(org: str, sfx: str, *, hidden: bool) -> list[dict]:
+    """One word on the impact lists (205 memories of the open project p2); ann's private
+    memories holding it: (``hidden``) 30 with no project, written first, then one in p2."""
+    out = [
+        *org_records(org, sfx, {"ann": "member"}, name="Restricted"),
+        *(_ent(org, sfx, f"q_{i}", f"Open q {i}", f"quokka {SECTION}") for i in range(205)),
+    ]
+    if hidden:
+        out += [
+            _ent(
+                org,
+                sfx,
+                f"loose_{i:02d}",
+                f"Loose {i}",
+                "quokka quokka",
+                scope="private",
+                project=None,
+            )
+            for i in range(30)
+        ]
+    out.append(_ent(org, sfx, "in_p2", "In p2", "quokka quokka quokka", scope="private"))
+    return out
+
+
+async def test_rows_a_restricted_key_may_not_read_take_no_private_share(engine):
+    """Pair: ann's key restricted to project p2 may not read her private memories that have no
+    project, though they carry her access lexeme. They must not use up the private arm's reads
+    (``scan_limit`` 10): her private memory in p2 is found, and her pages (and whether the lane
+    says it cut anything) are those of the org where the others do not exist."""
+    pipeline = SearchSettings(scan_limit=10)
+    pages = {}
+    for hidden in (True, False):
+        org, sfx = "org_restr_" + secrets.token_hex(4), secrets.token_hex(3)
+        await import_dicts(engine, _restricted_world(org, sfx, hidden=hidden))
+        await term_stats.refresh_orgs(engine, [org])
+        async with engine.connect() as conn:
+            reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}", key_projects=["p2"])
+            assert reader is not None
+            got = await search(
+                conn, reader, SearchRequest(query="quokka", limit=50), pipeline=pipeline
+            )
+        pages[hidden] = got
+    assert "in_p2" in {r.id for r in pages[True].results}
+    assert not {r.id for r in pages[True].results if r.id.startswith("loose_")}
+    assert [(r.id, r.score) for r in pages[True].results] == [
+        (r.id, r.score) for r in pages[False].results
+    ]
+    assert pages[True].filters["candidates_capped"] == pages[False].filters["candidates_capped"]

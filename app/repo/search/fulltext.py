@@ -12,17 +12,14 @@ The statement, step by step (its CTEs):
 - ``listed``: a word with lists takes, from the current impact lists of the reader's fresh
   audiences (every document of an audience is one each of its readers may read), the
   ``:word_cap`` entries of highest contribution (the request's type filter applied first).
-- ``threshold``: the summed gain of the ``:cap``-th best candidate those two found (0 when
-  they found fewer): the pool's last slot, which private rows can only raise.
 - ``private_*``: a word with lists also finds the reader's own and granted private memories (and
   their passages), which no audience holds: the rows whose ``access_tsv`` names the reader and
   that hold the word, one GIN probe per word and table (``ix_*_access_search``, migration 0015),
-  each up to :func:`private_share` rows (``:scan_limit`` a table shared equally among the words
-  with lists, so a rare word's matches are never crowded out by a common one's). Each row found
-  is read once, whichever words found it, and scored on every query word it holds (one pass over
-  its vector); a row whose gain is below ``threshold`` cannot take a pool slot and is dropped
-  before anything else is read for it; the others pass every filter and the read rule (a
-  lexeme is a way in, never a permission).
+  every filter and the read rule in the arm (a lexeme is a way in, never a permission), each up
+  to :func:`private_share` rows (``:scan_limit`` a table shared equally among the words with
+  lists, so a rare word's matches are never crowded out by a common one's). Each row found is
+  read once, whichever words found it, and counts every query word it holds (one pass over its
+  vector), so its gain in the pool does not depend on which word's share reached it.
 - ``pool``: each candidate once, the ``:cap`` with the highest Σ idf × contribution over the
   words that found it (then id): candidates holding more, rarer, more prominent query words,
   never the most recent or the first met.
@@ -123,88 +120,57 @@ listed AS (  -- a word with lists: the :word_cap best entries of the reader's au
         LIMIT :word_cap
     ) l
 ),
-threshold AS (  -- the summed gain of the :cap-th best candidate the other ways in found
-    -- (0 when they found fewer): the pool's last slot can only go to a gain at least this high
-    SELECT coalesce((
-        SELECT sum(f.gain) AS gain
-        FROM (
-            SELECT s.ord, s.id, max(s.idf * s.contribution) AS gain
-            FROM scanned s WHERE s.contribution IS NOT NULL GROUP BY s.ord, s.id
-          UNION ALL
-            SELECT l.ord, l.id, max(l.idf * l.contribution) FROM listed l GROUP BY l.ord, l.id
-        ) f
-        GROUP BY f.id
-        ORDER BY 1 DESC
-        OFFSET :cap - 1 LIMIT 1), 0) AS gain
-),
 private_hits AS (  -- a word with lists: the reader's private memories and passages holding it,
     -- one GIN probe per word and table (the rows whose access lexemes name the reader, migration
-    -- 0015), each up to :private_share + 1 rows (the words share :scan_limit a table equally)
+    -- 0015), every filter and the read rule in the arm (a lexeme is a way in, never a
+    -- permission; what the reader may not read never takes a slot), each up to
+    -- :private_share + 1 rows (the words share :scan_limit a table equally)
     SELECT w.ord, m.*, count(*) OVER (PARTITION BY w.ord, m.arm) AS n
     FROM words w
     CROSS JOIN LATERAL (
         SELECT sibyl_access_query(:r_user) && w.tsq AS q
     ) r
     CROSS JOIN LATERAL (
-        (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, 0 AS parent_revision,
-                'memory' AS arm, t.search_tsv AS tsv
+        (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
+                t.search_tsv AS tsv
          FROM entities t
          WHERE w.list_lexeme IS NOT NULL AND t.org_id = :r_org
            AND t.access_tsv IS NOT NULL AND (t.search_tsv || t.access_tsv) @@ r.q
+           AND {MEMORY_FILTER}
          LIMIT :private_share + 1)
       UNION ALL
-        (SELECT p.id, p.parent_id, p.parent_revision, 'passage', p.search_tsv
-         FROM passages p
+        (SELECT p.id, p.parent_id, t.type, 'passage', p.search_tsv
+         FROM passages p {PARENT_OF_P}
          WHERE w.list_lexeme IS NOT NULL AND p.org_id = :r_org
            AND p.access_tsv IS NOT NULL AND (p.search_tsv || p.access_tsv) @@ r.q
+           AND {PASSAGE_FILTER}
          LIMIT :private_share + 1)
     ) m
 ),
 private_rows AS (  -- each private row found once, whichever words found it
-    SELECT DISTINCT ON (h.arm, h.id) h.arm, h.id, h.parent_id, h.parent_revision, h.tsv
+    SELECT DISTINCT ON (h.arm, h.id) h.arm, h.id, h.parent_id, h.type, h.tsv
     FROM private_hits h
     ORDER BY h.arm, h.id
 ),
 private_lexemes AS MATERIALIZED (  -- per private row, each query lexeme it holds and its
     -- occurrences: one pass over the row's vector for all the words
-    SELECT r.arm, r.id, r.parent_id, r.parent_revision, length(r.tsv) AS length, u.lexeme,
-           cardinality(u.positions) AS tf
+    SELECT r.arm, r.id, length(r.tsv) AS length, u.lexeme, cardinality(u.positions) AS tf
     FROM private_rows r
     CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
     CROSS JOIN LATERAL unnest(ts_filter(setweight(r.tsv, 'D', q.lexemes), '{{d}}')) u
 ),
-private_tf AS (  -- per private row and query word: the word's frequency (all its lexemes there)
-    SELECT l.arm, l.id, l.parent_id, l.parent_revision, l.length, w.ord, w.idf, min(l.tf) AS tf
-    FROM private_lexemes l
-    JOIN (SELECT w.ord, w.idf, cardinality(w.lexemes) AS n, x AS lexeme
-          FROM words w, unnest(w.lexemes) x) w ON w.lexeme = l.lexeme
-    GROUP BY l.arm, l.id, l.parent_id, l.parent_revision, l.length, w.ord, w.idf, w.n
-    HAVING count(*) = w.n
-),
-private_gain AS (  -- per private row, the gain it would pool with: every query word it holds
-    SELECT x.arm, x.id, x.parent_id, x.parent_revision,
-           sum(x.idf * {saturation("x.tf", "x.length")}) AS gain
-    FROM private_tf x
-    GROUP BY x.arm, x.id, x.parent_id, x.parent_revision
-),
-private_kept AS (  -- the rows that could take a pool slot (gain at or above the threshold), each
-    -- passing every filter and the read rule (a lexeme is a way in, never a permission)
-    SELECT k.arm, k.id, k.parent_id, t.type
-    FROM private_gain k
-    JOIN entities t ON t.org_id = :r_org AND t.id = k.id
-    WHERE k.arm = 'memory' AND k.gain >= (SELECT h.gain FROM threshold h) * (1 - 1e-9)
-      AND {MEMORY_FILTER}
-  UNION ALL
-    SELECT p.arm, p.id, p.parent_id, t.type
-    FROM private_gain p
-    JOIN entities t ON t.org_id = :r_org AND t.id = p.parent_id
-    WHERE p.arm = 'passage' AND p.gain >= (SELECT h.gain FROM threshold h) * (1 - 1e-9)
-      AND {PASSAGE_FILTER}
-),
-private AS (  -- the kept rows, one per word they hold, with the word's contribution
-    SELECT x.ord, x.idf, k.id, k.parent_id, k.type, {saturation("x.tf", "x.length")} AS contribution
-    FROM private_kept k
-    JOIN private_tf x ON x.arm = k.arm AND x.id = k.id
+private AS (  -- per private row and every query word it holds (all the word's lexemes there),
+    -- the word's contribution: a row counts each word it holds, whichever word found it
+    SELECT x.ord, x.idf, r.id, r.parent_id, r.type, {saturation("x.tf", "x.length")} AS contribution
+    FROM (
+        SELECT l.arm, l.id, l.length, w.ord, w.idf, min(l.tf) AS tf
+        FROM private_lexemes l
+        JOIN (SELECT w.ord, w.idf, cardinality(w.lexemes) AS n, x AS lexeme
+              FROM words w, unnest(w.lexemes) x) w ON w.lexeme = l.lexeme
+        GROUP BY l.arm, l.id, l.length, w.ord, w.idf, w.n
+        HAVING count(*) = w.n
+    ) x
+    JOIN private_rows r ON r.arm = x.arm AND r.id = x.id
 ),
 found AS (  -- every (word, document) a way in found, with the word's weighted contribution
     SELECT s.ord, s.id, s.parent_id, s.type, s.idf * s.contribution AS gain
