@@ -31,6 +31,10 @@ def raw(body: str) -> dict:
         ("/api/search/slice", '{"entity_id": "x\\u0000"}'),
         ("/api/search/slice", '{"entity_id": "\\ud800"}'),
         ("/api/search/expand", '{"entity_ids": ["x"], "project": "p\\u0000"}'),
+        ("/api/search", '{"query": "\\u0000kestrel"}'),  # at the ends too: never dropped
+        ("/api/search", '{"query": "kestrel\\u0000"}'),
+        ("/api/search", '{"query": "kes\\u0000trel"}'),
+        ("/api/context/pack", '{"goal": "kestrel\\u0000"}'),
     ],
 )
 async def test_unstorable_text_is_400(client, key, path, body):

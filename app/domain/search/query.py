@@ -40,6 +40,7 @@ from app.core.errors import BadRequest
 from app.core.reader import Reader
 from app.domain import terms
 from app.domain.search.settings import SearchSettings
+from app.domain.validation import clean_text
 from app.repo import search as search_repo
 
 _LIFECYCLES = ("active", "superseded", "retired")
@@ -114,8 +115,10 @@ class Query:
 
 def normalize_query(value: str, *, field: str) -> str:
     """``value`` in NFC without the characters that show nothing at its ends; ``BadRequest`` when
-    nothing but such characters and lone combining marks is left, or when it is longer than
-    :data:`app.core.policy.MAX_QUERY_CHARS` characters."""
+    it holds a NUL character or a lone surrogate anywhere (at its ends too: never silently
+    dropped), when nothing but invisible characters and lone combining marks is left, or when
+    it is longer than :data:`app.core.policy.MAX_QUERY_CHARS` characters."""
+    clean_text(value, field=field)
     stripped = terms.strip_invisible(unicodedata.normalize("NFC", value))
     if all(unicodedata.category(c) in ("Mn", "Me") or terms.invisible(c) for c in stripped):
         raise BadRequest(f"{field} must be a non-blank string")
