@@ -264,6 +264,65 @@ async def test_read_rule_pairs(engine, client, row, allowed, denied, why):
         assert row not in _ids(got), (why, reader)
 
 
+def _heron_world(org: str, sfx: str, *, hidden: bool) -> list[dict]:
+    """``heron`` in 150 memories of the open project p2 and, written after them, in ann's 120
+    private notes and 3 stronger ones; (``hidden``) also in 60 memories of the private project
+    p1, which ann does not read: the org then holds it in 210 counted documents, more than an
+    impact list keeps, ann's audiences in 150."""
+    out = org_records(org, sfx, {"ann": "member", "bob": "member"})
+    out.append({"kind": "member", "project": "p1", "user": f"user_bob_{sfx}", "role": "owner"})
+    out += [_ent(org, sfx, f"pub_{i:03d}", f"Pub {i}", f"heron {SECTION}") for i in range(150)]
+    if hidden:
+        out += [
+            _ent(org, sfx, f"h_{i}", f"H {i}", f"heron {SECTION}", project="p1", owner="bob")
+            for i in range(60)
+        ]
+    out += [
+        _ent(org, sfx, f"weak_{i:03d}", f"Weak {i}", f"heron {SECTION}", scope="private")
+        for i in range(120)
+    ]
+    out += [
+        _ent(
+            org, sfx, f"strong_{i}", f"Strong {i}", "heron heron heron heron egret", scope="private"
+        )
+        for i in range(3)
+    ]
+    return out
+
+
+async def test_rows_a_reader_cannot_read_never_decide_how_a_word_is_searched(engine):
+    """Pair: whether a word is read from the impact lists or scanned follows the reader's own
+    counts, not the org's: 60 memories of a project ann does not read, which tip the org's count
+    of ``heron`` over a list's length, change none of ann's pages, nor whether the lane says it
+    cut anything."""
+    got = {}
+    for hidden in (True, False):
+        org, sfx = "org_heron_" + secrets.token_hex(4), secrets.token_hex(3)
+        await import_dicts(engine, _heron_world(org, sfx, hidden=hidden))
+        await term_stats.refresh_orgs(engine, [org])
+        async with engine.connect() as conn:
+            listed = await conn.scalar(
+                text(
+                    "SELECT count(*) FROM term_impact_lists WHERE org_id = :o AND lexeme = 'heron'"
+                ),
+                {"o": org},
+            )
+            assert bool(listed) == hidden, "only the org with the hidden rows has lists"
+            reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}", key_projects=None)
+            assert reader is not None
+            got[hidden] = [
+                await search(conn, reader, SearchRequest(query=q, limit=5, offset=o))
+                for q in ("heron", "heron egret")
+                for o in (0, 150)
+            ]
+    for with_hidden, without in zip(got[True], got[False], strict=True):
+        assert [(r.id, r.score) for r in with_hidden.results] == [
+            (r.id, r.score) for r in without.results
+        ]
+        assert with_hidden.filters["candidates_capped"] == without.filters["candidates_capped"]
+        assert with_hidden.filters["words"] == without.filters["words"]
+
+
 async def test_paging_has_no_gaps_for_a_reader_who_cannot_see_some_matches(engine, client):
     keys = await _rules(engine, omit=None)
     everything = (await _search(client, keys["eve"], query=WORD, limit=50))["results"]

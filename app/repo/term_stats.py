@@ -427,13 +427,18 @@ class RefreshBusy(RuntimeError):
     """Writes of the org held its statistics lock for :data:`ARM_WAIT_S` without a gap."""
 
 
+LIST_LENGTH = 200
+"""The documents an impact list keeps per audience and lexeme; a lexeme gets lists when more of
+the org's counted documents hold it."""
+
+
 @dataclass(frozen=True)
 class ListParams:
     """What the impact lists are computed with: their length (the documents kept per audience
     and lexeme; a lexeme gets lists when more of the org's counted documents hold it) and the
     BM25 constants of the contribution they are ordered by (the search settings' own)."""
 
-    list_length: int = 200
+    list_length: int = LIST_LENGTH
     k1: float = 1.2
     b: float = 0.75
 

@@ -17,9 +17,11 @@ mean length of :attr:`SearchSettings.fallback_avg_length`. No row the reader can
 weight. Words weighing under ``min_weight`` are dropped while others are left; the
 ``max_words`` heaviest are kept (ties: query order).
 
-**Paths.** With counts, a word whose scarcest lexeme has impact lists takes them (its
-``list_lexeme``); ``truncated`` when one of the reader's audiences holds it in more documents
-than a list keeps. Every other word is scanned.
+**Paths.** With counts, a word whose scarcest lexeme the reader's audiences hold in more
+documents than an impact list keeps takes the lists (its ``list_lexeme``; they exist then, as
+the org holds it in at least as many): what decides the path is the reader's count, never the
+org's, which rows the reader cannot read are part of. ``truncated`` when one of the reader's
+audiences holds it in more documents than a list keeps. Every other word is scanned.
 
 **Ask.** The words after the query's last interrogative word (``what``, ``which``, ``how``...;
 contractions such as ``what's`` too) that has a word after it: what a question asks for, which
@@ -42,6 +44,7 @@ from app.domain import terms
 from app.domain.search.settings import SearchSettings
 from app.domain.validation import clean_text
 from app.repo import search as search_repo
+from app.repo import term_stats
 
 _LIFECYCLES = ("active", "superseded", "retired")
 ASK_WORDS = frozenset({"what", "which", "how", "why", "when", "where", "who", "whom", "whose"})
@@ -178,7 +181,11 @@ async def build_query(
         if counted:
             df = min(max(scarcest.df, 0), counts.documents)
             idf = math.log(1.0 + (counts.documents - df + 0.5) / (df + 0.5))
-            list_lexeme = scarcest.lexeme if scarcest.listed else None
+            # lists exist when the ORG holds the lexeme in more documents than a list keeps;
+            # a word takes them only when the reader's own audiences do, so whether it is
+            # scanned or listed never depends on rows the reader cannot read
+            takes_lists = scarcest.listed and scarcest.df > term_stats.LIST_LENGTH
+            list_lexeme = scarcest.lexeme if takes_lists else None
             truncated = list_lexeme is not None and scarcest.top_df > settings.word_cap
         else:
             idf = terms.weight(p.token.lower())
