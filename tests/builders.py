@@ -50,6 +50,45 @@ async def import_dicts(engine: AsyncEngine, records: list[dict[str, Any]]) -> nd
     return await ndjson.import_records(engine, ndjson.from_dicts(records), total=len(records))
 
 
+async def import_counted(
+    engine: AsyncEngine, org: str, records: list[dict[str, Any]], lexemes: list[str]
+) -> set[str]:
+    """Import ``records`` (:func:`import_dicts`), count ``org``'s word statistics and impact
+    lists, and return which of ``lexemes`` have lists."""
+    from app.repo import term_stats
+
+    await import_dicts(engine, records)
+    await term_stats.refresh_orgs(engine, [org])
+    async with engine.connect() as conn:
+        found = await conn.execute(
+            text(
+                "SELECT DISTINCT lexeme FROM term_impact_lists"
+                " WHERE org_id = :o AND lexeme = ANY(CAST(:l AS text[]))"
+            ),
+            {"o": org, "l": lexemes},
+        )
+        return set(found.scalars())
+
+
+async def search_as(
+    engine: AsyncEngine,
+    user_id: str,
+    request: Any,
+    *,
+    key_projects: list[str] | None = None,
+    pipeline: Any = None,
+) -> Any:
+    """The domain's ``search`` of ``request`` as ``user_id`` (a key restricted to
+    ``key_projects``, or not), with the ranking settings ``pipeline`` (None: the service's)."""
+    from app.domain.search import search
+    from app.repo.readers import reader_by_user
+
+    async with engine.connect() as conn:
+        reader = await reader_by_user(conn, user_id=user_id, key_projects=key_projects)
+        assert reader is not None, user_id
+        return await search(conn, reader, request, pipeline=pipeline)
+
+
 async def make_key(
     engine: AsyncEngine,
     user_id: str,

@@ -16,10 +16,9 @@ import secrets
 from sqlalchemy import text
 
 from app.domain.schemas import SearchRequest, SearchResponse
-from app.domain.search import SearchSettings, search
+from app.domain.search import SearchSettings
 from app.repo import term_stats
-from app.repo.readers import reader_by_user
-from tests.builders import import_dicts, make_key, org_records
+from tests.builders import import_counted, import_dicts, make_key, org_records, search_as
 from tests.team import call
 from tests.test_search import SECTION, WORD, _ent, _ids, _rules_world, _transcript
 
@@ -288,27 +287,17 @@ async def test_a_rare_private_match_is_not_crowded_out_by_a_common_words_many(en
     the lane says it cut the ``quokka`` matches. Pair: eve, granted it, finds it too; bob gets
     exactly the page he gets where it does not exist."""
     pipeline = SearchSettings(scan_limit=10)
+    request = SearchRequest(query="quokka wombat", limit=10)
     pages: dict[tuple[bool, str], SearchResponse] = {}
     for needle in (True, False):
         org, sfx = "org_crowd_" + secrets.token_hex(4), secrets.token_hex(3)
-        await import_dicts(engine, _crowded_world(org, sfx, needle=needle))
-        await term_stats.refresh_orgs(engine, [org])
-        async with engine.connect() as conn:
-            listed = await conn.scalar(
-                text(
-                    "SELECT count(DISTINCT lexeme) FROM term_impact_lists"
-                    " WHERE org_id = :o AND lexeme IN ('quokka', 'wombat')"
-                ),
-                {"o": org},
-            )
-            assert listed == 2, "both words must take the impact lists"
-            for handle in ("ann", "eve", "bob"):
-                reader = await reader_by_user(
-                    conn, user_id=f"user_{handle}_{sfx}", key_projects=None
-                )
-                assert reader is not None
-                request = SearchRequest(query="quokka wombat", limit=10)
-                pages[needle, handle] = await search(conn, reader, request, pipeline=pipeline)
+        listed = await import_counted(
+            engine, org, _crowded_world(org, sfx, needle=needle), ["quokka", "wombat"]
+        )
+        assert listed == {"quokka", "wombat"}, "both words must take the impact lists"
+        for handle in ("ann", "eve", "bob"):
+            user = f"user_{handle}_{sfx}"
+            pages[needle, handle] = await search_as(engine, user, request, pipeline=pipeline)
     for handle in ("ann", "eve"):
         page = pages[True, handle]
         assert page.results and page.results[0].id == "needle", handle
@@ -352,15 +341,17 @@ async def test_rows_a_restricted_key_may_not_read_take_no_private_share(engine):
     pages = {}
     for hidden in (True, False):
         org, sfx = "org_restr_" + secrets.token_hex(4), secrets.token_hex(3)
-        await import_dicts(engine, _restricted_world(org, sfx, hidden=hidden))
-        await term_stats.refresh_orgs(engine, [org])
-        async with engine.connect() as conn:
-            reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}", key_projects=["p2"])
-            assert reader is not None
-            got = await search(
-                conn, reader, SearchRequest(query="quokka", limit=50), pipeline=pipeline
-            )
-        pages[hidden] = got
+        listed = await import_counted(
+            engine, org, _restricted_world(org, sfx, hidden=hidden), ["quokka"]
+        )
+        assert listed == {"quokka"}
+        pages[hidden] = await search_as(
+            engine,
+            f"user_ann_{sfx}",
+            SearchRequest(query="quokka", limit=50),
+            key_projects=["p2"],
+            pipeline=pipeline,
+        )
     assert "in_p2" in {r.id for r in pages[True].results}
     assert not {r.id for r in pages[True].results if r.id.startswith("loose_")}
     assert [(r.id, r.score) for r in pages[True].results] == [

@@ -28,10 +28,12 @@ from app.repo.search import Span
 from tests.builders import (
     admin_sql,
     hidden_stuffing,
+    import_counted,
     import_dicts,
     make_key,
     memory_record,
     org_records,
+    search_as,
 )
 from tests.team import Team, call
 
@@ -298,23 +300,13 @@ async def test_rows_a_reader_cannot_read_never_decide_how_a_word_is_searched(eng
     got = {}
     for hidden in (True, False):
         org, sfx = "org_heron_" + secrets.token_hex(4), secrets.token_hex(3)
-        await import_dicts(engine, _heron_world(org, sfx, hidden=hidden))
-        await term_stats.refresh_orgs(engine, [org])
-        async with engine.connect() as conn:
-            listed = await conn.scalar(
-                text(
-                    "SELECT count(*) FROM term_impact_lists WHERE org_id = :o AND lexeme = 'heron'"
-                ),
-                {"o": org},
-            )
-            assert bool(listed) == hidden, "only the org with the hidden rows has lists"
-            reader = await reader_by_user(conn, user_id=f"user_ann_{sfx}", key_projects=None)
-            assert reader is not None
-            got[hidden] = [
-                await search(conn, reader, SearchRequest(query=q, limit=5, offset=o))
-                for q in ("heron", "heron egret")
-                for o in (0, 150)
-            ]
+        listed = await import_counted(engine, org, _heron_world(org, sfx, hidden=hidden), ["heron"])
+        assert bool(listed) == hidden, "only the org with the hidden rows has lists"
+        got[hidden] = [
+            await search_as(engine, f"user_ann_{sfx}", SearchRequest(query=q, limit=5, offset=o))
+            for q in ("heron", "heron egret")
+            for o in (0, 150)
+        ]
     for with_hidden, without in zip(got[True], got[False], strict=True):
         assert [(r.id, r.score) for r in with_hidden.results] == [
             (r.id, r.score) for r in without.results
