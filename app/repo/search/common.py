@@ -39,24 +39,35 @@ PARENT_OF_P = (
 READER_AUDIENCES = f"""CASE WHEN :r_restricted THEN CAST(:r_projects AS text[])
          ELSE array_append(CAST(:r_projects AS text[]), '{ORG_AUDIENCE}') END"""
 
-# Per document `c` (columns id, tsv) and query lexeme of the CTE `words` (ord, idf, lexemes):
-# its occurrences (setweight marks the query's lexemes D, which no stored vector uses; ts_filter
-# keeps them, so a vector is never unnested whole); a word then matches with the frequency of
-# its scarcest lexeme (all of its lexemes must be there).
-TERM_FREQUENCIES = """lexeme_tf AS (  -- per document and query lexeme: its occurrences
+
+def term_frequencies(documents: str = "documents", prefix: str = "") -> str:
+    """SQL: two CTEs, ``<prefix>lexeme_tf`` and ``<prefix>word_tf``, over the CTE ``documents``
+    (columns id, tsv; ids unique) and the CTE ``words`` (ord, idf, lexemes). ``lexeme_tf``: per
+    document and query lexeme, its occurrences, in one pass over each vector (setweight marks
+    the query's lexemes D, which no stored vector uses, and ts_filter keeps them, so a vector is
+    never unnested whole; materialized, so no plan repeats the pass per word). ``word_tf``: per
+    document and word, the frequency of the word's scarcest lexeme (all of its lexemes must be
+    there), by an equality join on each word's lexemes. ``documents`` and ``prefix`` are fixed
+    identifiers of the calling statement, never input."""
+    return f"""{prefix}lexeme_tf AS MATERIALIZED (  -- per document and query lexeme: occurrences
     SELECT c.id, u.lexeme, cardinality(u.positions) AS tf
-    FROM documents c
+    FROM {documents} c
     CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
-    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'D', q.lexemes), '{d}')) u
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'D', q.lexemes), '{{d}}')) u
 ),
-word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all must be there)
+{prefix}word_tf AS (  -- a word matches with the frequency of its scarcest lexeme (all there)
     SELECT l.id, w.ord, w.idf, min(l.tf) AS tf
-    FROM words w
-    JOIN lexeme_tf l ON l.lexeme = ANY(w.lexemes)
-    GROUP BY l.id, w.ord, w.idf, cardinality(w.lexemes)
-    HAVING count(*) = cardinality(w.lexemes)
+    FROM {prefix}lexeme_tf l
+    JOIN (SELECT w.ord, w.idf, cardinality(w.lexemes) AS n, x AS lexeme
+          FROM words w, unnest(w.lexemes) x) w ON w.lexeme = l.lexeme
+    GROUP BY l.id, w.ord, w.idf, w.n
+    HAVING count(*) = w.n
 ),
 """
+
+
+TERM_FREQUENCIES = term_frequencies()
+"""The pool's or the spans' ``lexeme_tf`` / ``word_tf`` over their CTE ``documents``."""
 
 
 def saturation(tf: str, length: str) -> str:

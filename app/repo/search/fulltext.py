@@ -47,6 +47,7 @@ from app.repo.search.common import (
     READER_AUDIENCES,
     TERM_FREQUENCIES,
     saturation,
+    term_frequencies,
 )
 
 # One word's frequency in the vector `{tsv}`: the scarcest of its lexemes' occurrences (null:
@@ -147,30 +148,18 @@ private_hits AS (  -- a word with lists: the reader's private memories and passa
          LIMIT :private_share + 1)
     ) m
 ),
-private_rows AS (  -- each private row found once, whichever words found it
-    SELECT DISTINCT ON (h.arm, h.id) h.arm, h.id, h.parent_id, h.type, h.tsv
+private_rows AS (  -- each private row found once, whichever words found it (ids are unique
+    -- across the two tables: only passages' begin with passage_)
+    SELECT DISTINCT ON (h.id) h.id, h.parent_id, h.type, h.tsv
     FROM private_hits h
-    ORDER BY h.arm, h.id
+    ORDER BY h.id
 ),
-private_lexemes AS MATERIALIZED (  -- per private row, each query lexeme it holds and its
-    -- occurrences: one pass over the row's vector for all the words
-    SELECT r.arm, r.id, length(r.tsv) AS length, u.lexeme, cardinality(u.positions) AS tf
-    FROM private_rows r
-    CROSS JOIN (SELECT array_agg(l) AS lexemes FROM words, unnest(words.lexemes) l) q
-    CROSS JOIN LATERAL unnest(ts_filter(setweight(r.tsv, 'D', q.lexemes), '{{d}}')) u
-),
-private AS (  -- per private row and every query word it holds (all the word's lexemes there),
-    -- the word's contribution: a row counts each word it holds, whichever word found it
-    SELECT x.ord, x.idf, r.id, r.parent_id, r.type, {saturation("x.tf", "x.length")} AS contribution
-    FROM (
-        SELECT l.arm, l.id, l.length, w.ord, w.idf, min(l.tf) AS tf
-        FROM private_lexemes l
-        JOIN (SELECT w.ord, w.idf, cardinality(w.lexemes) AS n, x AS lexeme
-              FROM words w, unnest(w.lexemes) x) w ON w.lexeme = l.lexeme
-        GROUP BY l.arm, l.id, l.length, w.ord, w.idf, w.n
-        HAVING count(*) = w.n
-    ) x
-    JOIN private_rows r ON r.arm = x.arm AND r.id = x.id
+{term_frequencies("private_rows", "private_")}private AS (  -- per private row and every query
+    -- word it holds, the word's contribution: a row counts each word it holds, whichever found it
+    SELECT x.ord, x.idf, r.id, r.parent_id, r.type,
+           {saturation("x.tf", "length(r.tsv)")} AS contribution
+    FROM private_word_tf x
+    JOIN private_rows r ON r.id = x.id
 ),
 found AS (  -- every (word, document) a way in found, with the word's weighted contribution
     SELECT s.ord, s.id, s.parent_id, s.type, s.idf * s.contribution AS gain
