@@ -21,11 +21,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import admin, retrieval, routes, writes
 from app.api.docs import mount_docs
-from app.api.errors import NOT_JSON, invalid_payload
+from app.api.errors import NOT_JSON, invalid_payload, refusal
+from app.api.fastpath import ExpandFastPath
 from app.api.limits import ADMIN_PREFIX, BodyLimit, HeadAsGet, HiddenAdmin
 from app.core import logs
 from app.core.db import make_engine
-from app.core.errors import DomainError, Unauthorized, Unavailable
+from app.core.errors import DomainError, Unauthorized
 from app.core.settings import Settings, get_settings
 from app.domain.directory import HIDDEN
 from app.mcp.http import mount_mcp
@@ -161,13 +162,7 @@ def create_app(
 
     @app.exception_handler(DomainError)
     async def _domain(request: Request, exc: DomainError) -> JSONResponse:
-        logs.refused(f"{request.method} {request.url.path}", exc)
-        headers = {}
-        if isinstance(exc, Unavailable):
-            headers["Retry-After"] = str(exc.retry_after)
-        if exc.status == 401:
-            headers["WWW-Authenticate"] = "Bearer"
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
+        return refusal(f"{request.method} {request.url.path}", exc)
 
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
         mapped = map_fault(exc)  # bad text → 400, database fault → 503, as in run_read
@@ -184,6 +179,9 @@ def create_app(
     mcp_lifespan = mount_mcp(app, settings=s)  # MCP over streamable HTTP at /mcp, same keys
     mount_ui(app)  # the memory explorer at /ui: a static page calling the routes above
     mount_docs(app)  # /docs and /redoc, their scripts served from here (app/api/docs.py)
+    # innermost: POST /api/search/expand answered without the framework's routing, dependencies
+    # and body reader; every other request, and any it cannot take, goes on unchanged
+    app.add_middleware(ExpandFastPath)
     app.add_middleware(HiddenAdmin)  # /api/admin/...: a trailing slash is a 404, not a 307
     app.add_middleware(BodyLimit, max_bytes=s.max_body_bytes)
     app.add_middleware(HeadAsGet)  # HEAD is GET without its body (RFC 9110 §9.3.2)

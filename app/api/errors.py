@@ -17,7 +17,8 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from app.core.errors import shape_errors, shape_message
+from app.core import logs
+from app.core.errors import DomainError, Unavailable, shape_errors, shape_message
 
 NOT_JSON = "The request body must be JSON, sent with Content-Type: application/json"
 """The 415 of a body sent under another media type (``text/plain``, a form)."""
@@ -50,3 +51,18 @@ def invalid_payload(errors: Sequence[Mapping[str, Any]]) -> JSONResponse:
     without the rejected values."""
     shaped = shape_errors(errors)
     return JSONResponse({"detail": shape_message(shaped), "errors": shaped}, status_code=422)
+
+
+def refusal(where: str, exc: DomainError) -> JSONResponse:
+    """The answer to a refused request (``exc``: 400, 401, 403, 404, 409, 412, 503, ...): its
+    status and ``{"detail"}``, ``WWW-Authenticate: Bearer`` on a 401, ``Retry-After`` on a 503;
+    logged once as refused at ``where`` (``"POST /api/..."``). The application's handler of
+    ``DomainError`` and the expand path without the framework (:mod:`app.api.fastpath`) both
+    answer with it."""
+    logs.refused(where, exc)
+    headers = {}
+    if isinstance(exc, Unavailable):
+        headers["Retry-After"] = str(exc.retry_after)
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=headers)
