@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sqlalchemy import Row, text
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core import policy
@@ -552,6 +553,15 @@ CROSS JOIN flags f
 )
 
 
+# KEYED_WALK_SQL as the driver receives it ($1, $2, ...) and its parameters' names in that order,
+# compiled once: the verb sent most is handed to the driver as is, skipping the per-call
+# compilation lookup and parameter processing of a text() statement (~0.3 ms of CPU a request on
+# a slow host); the statement, its events and its errors are SQLAlchemy's as before.
+_KEYED_COMPILED = KEYED_WALK_SQL.compile(dialect=PGDialect_asyncpg())
+_KEYED_DRIVER_SQL = str(_KEYED_COMPILED)
+_KEYED_ORDER: tuple[str, ...] = tuple(_KEYED_COMPILED.positiontup or ())
+
+
 class WalkRow(NamedTuple):
     """One neighbor row of the walk, before presentation (preview, names) by the domain.
 
@@ -649,7 +659,10 @@ async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, objec
     from them, with the walk's bound ``params`` minus the reader's (:func:`walk_params` of
     :mod:`app.service.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
     resolved seeds)."""
-    rows = (await conn.execute(KEYED_WALK_SQL, {**params, "key_hash": hash_key(key)})).all()
+    bound = {**params, "key_hash": hash_key(key)}
+    rows = (
+        await conn.exec_driver_sql(_KEYED_DRIVER_SQL, tuple(bound[n] for n in _KEYED_ORDER))
+    ).all()
     if not rows:
         return KeyedWalk(None, [], [], False)
     first = rows[0]  # the key's scopes and the seeds come with the first row only
