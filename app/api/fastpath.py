@@ -1,5 +1,5 @@
 """The served path of ``POST /api/search/expand`` without the framework's per-request machinery
-(issue 31: a lean request path).
+(rules: one-round-trip-expand, same-verbs-both-surfaces).
 
 ``expand`` is the verb agents call most, and a walk's database statement is short: FastAPI's
 routing (a pattern match per route), its dependency solving, its body reader and Starlette's
@@ -8,8 +8,8 @@ of CPU a request on a slow 2-core host, against ~1.5 ms for :func:`expand_keyed`
 :class:`ExpandFastPath` answers the ordinary request itself and hands every other one, byte for
 byte, to the application, so the two cannot answer differently:
 
-- taken here: ``POST`` to exactly ``/api/search/expand``, a ``Bearer`` key, a JSON media type
-  and a declared ``Content-Length`` (the size limit, :class:`app.api.limits.BodyLimit`, wraps
+- taken here: ``POST`` to exactly ``/api/search/expand``, one ``Bearer`` key, one JSON media
+  type and one declared ``Content-Length`` (the size limit, :class:`app.api.limits.BodyLimit`, wraps
   this middleware), a body that parses and fits :class:`ExpandRequest`. The verb is the very
   function the route calls (:func:`app.service.expand.expand_keyed`: one statement that
   authenticates, resolves the seeds and walks, the same for MCP); its refusals (401, 403, 400,
@@ -84,26 +84,36 @@ class ExpandFastPath:
 
 
 def _eligible(scope: Scope) -> str | None:
-    """The bearer key of a request this path may answer (a JSON media type and a declared
-    length), else None: the application answers it."""
+    """The bearer key of a request this path may answer (one ``Authorization``, one JSON
+    ``Content-Type``, one declared ``Content-Length``), else None: the application answers it.
+
+    Where the application reads the first of several headers of a name (Starlette's
+    ``headers.get``), a request with several is handed on, so the two can never read different
+    keys or media types; a media type is JSON as FastAPI's body reader decides (``email``'s
+    parser: exactly one ``/``, ``application/json`` or ``application/*+json``)."""
     key: str | None = None
-    media = b""
-    declared = False
+    media: bytes | None = None
+    seen: set[bytes] = set()
     for name, value in scope["headers"]:
+        if name in seen and name in _ONCE:
+            return None
+        seen.add(name)
         if name == b"authorization":
             scheme, _, credentials = value.decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and credentials.strip():
                 key = credentials.strip()
         elif name == b"content-type":
             media = value.split(b";", 1)[0].strip().lower()
-        elif name == b"content-length":
-            declared = True
         elif name == b"transfer-encoding":
             return None
-    is_json = media == b"application/json" or (
-        media.startswith(b"application/") and media.endswith(b"+json")
-    )
-    return key if is_json and declared else None
+    if key is None or media is None or b"content-length" not in seen or media.count(b"/") != 1:
+        return None
+    kind, subtype = media.split(b"/")
+    is_json = kind == b"application" and (subtype == b"json" or subtype.endswith(b"+json"))
+    return key if is_json else None
+
+
+_ONCE = frozenset((b"authorization", b"content-type", b"content-length"))
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool | None]:
