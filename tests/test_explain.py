@@ -9,6 +9,7 @@ admin route is a 404 for every key but an admin one.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import secrets
@@ -22,7 +23,7 @@ from typer.testing import CliRunner
 
 from app.api.app import create_app
 from app.cli.main import cli
-from app.core.db import statement_engine
+from app.core.db import make_engine, statement_engine
 from app.core.settings import get_settings
 from app.domain.permissions import LACKS_READ
 from app.service.explain import SEARCH_LEXICAL_SHAPES, STATEMENT_SHAPES, explain_for_user
@@ -404,3 +405,51 @@ async def test_admin_scope_is_only_for_org_admins_and_explain_checks_the_role(en
         headers={"Authorization": f"Bearer {key}"},
     )
     assert (r.status_code, r.json()) == (404, {"detail": "Not found"})
+
+
+async def test_single_org_measures_only_while_the_database_holds_one_org(database_url):
+    """``make run`` serves measured plans on a one-org database (``SIBYL_REST_EXPLAIN=
+    single-org``). A new user's trial imported a second org into the running server and its
+    admin still saw measured plans, which count the other org's rows: the count is now taken on
+    every request. The pair, on a database of its own: one org, measured; a second org
+    imported, no plan (the same request, the same key)."""
+    from app.core.migrations import upgrade
+    from tests.builders import admin_sql, with_database
+
+    name = f"sibyl_one_org_{secrets.token_hex(4)}"
+    server = with_database(database_url, "postgres")
+    await admin_sql(server, f'CREATE DATABASE "{name}"')
+    try:
+        url = with_database(database_url, name)
+        await asyncio.to_thread(upgrade, url)
+        engine = make_engine(url)
+        try:
+            first = World().entity("alpha").entity("beta").edge("alpha", "DEPENDS_ON", "beta")
+            await first.load(engine)
+            admin = f"user_admin_{first.org}"
+            await import_dicts(
+                engine,
+                [{"kind": "user", "id": admin, "org": first.org, "handle": "a", "role": "admin"}],
+            )
+            key = await make_key(engine, admin, scopes=("read", "admin"))
+            settings = get_settings().model_copy(update={"rest_explain": "single-org"})
+            app = create_app(engine, settings=settings)
+            transport = httpx.ASGITransport(app=app)
+            body = {"entity_ids": ["alpha"]}
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                alone = await client.post(
+                    "/api/admin/explain/expand", json=body, headers=_auth(key)
+                )
+                await World().entity("other").load(engine)  # a second org, while it serves
+                shared = await client.post(
+                    "/api/admin/explain/expand", json=body, headers=_auth(key)
+                )
+        finally:
+            await engine.dispose()
+    finally:
+        await admin_sql(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert alone.status_code == shared.status_code == 200
+    assert alone.json()["figures"] == "measured"
+    assert all(s["plan"] for s in alone.json()["statements"])
+    assert shared.json()["figures"] == "none"
+    assert all(s["plan"] is None for s in shared.json()["statements"])

@@ -886,9 +886,10 @@ def quickstart(
 
 
 def _measured_plans() -> None:
-    """Serve measured plans on the admin explain route (``SIBYL_REST_EXPLAIN=measured``) when the
-    operator left the setting unset and the database holds one org: a plan's figures count
-    every org's rows, so they are shown only where no other org's rows are there to count."""
+    """Serve measured plans on the admin explain route while the database holds one org
+    (``SIBYL_REST_EXPLAIN=single-org``, counted on every request) when the operator left the
+    setting unset and it holds one now: a plan's figures count every org's rows, so they are
+    shown only where no other org's rows are there to count."""
     if os.environ.get("SIBYL_REST_EXPLAIN"):
         return
 
@@ -901,9 +902,13 @@ def _measured_plans() -> None:
             await engine.dispose()
 
     if asyncio.run(orgs()) == 1:
-        os.environ["SIBYL_REST_EXPLAIN"] = "measured"
+        # counted again on every request: an org imported later turns the figures off
+        os.environ["SIBYL_REST_EXPLAIN"] = "single-org"
         get_settings.cache_clear()
-        step("one org in the database: admin keys see measured plans (SIBYL_REST_EXPLAIN)")
+        step(
+            "one org in the database: admin keys see measured plans while it holds one"
+            " (SIBYL_REST_EXPLAIN=single-org)"
+        )
 
 
 DEMO_WRITER = ("user_jelle_zijlstra", "TYPING_WRITER_KEY", "proj_typing")

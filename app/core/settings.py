@@ -46,7 +46,10 @@ Every variable is optional; the defaults run the service on a fresh machine:
   (default: the statements, their bound values and psql scripts, no plan: PostgreSQL measures,
   estimates and even chooses a plan's nodes from every org's rows in the database) or
   ``measured`` (the full ``EXPLAIN (ANALYZE, BUFFERS)``: only where a database holds a single
-  org). The CLI's ``sibyl-pg explain`` always measures (the operator).
+  org) or ``single-org`` (measured while the database holds exactly one org, counted on every
+  request: a second org imported into a running server turns the figures off at once; what
+  ``make run`` sets on a one-org database). The CLI's ``sibyl-pg explain`` always measures (the
+  operator).
 - ``SIBYL_MCP_ALLOWED_HOSTS``: host names ``/mcp`` answers besides loopback (comma separated;
   ``*``: any), the MCP transport's DNS-rebinding check.
 """
@@ -136,7 +139,7 @@ class Settings(BaseSettings):
     communities_auto_max_links: int = Field(default=200_000, ge=0, le=100_000_000)
     migration_lock_timeout_ms: int = Field(default=10_000, ge=0, le=3_600_000)
     mcp_allowed_hosts: str = ""
-    rest_explain: Literal["sql", "measured"] = "sql"
+    rest_explain: Literal["sql", "measured", "single-org"] = "sql"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
     # connections of each pool: the service's, and REST expand's own one-statement pool
     # (app.core.db.statement_engine), so a server process holds up to 2 × pool_size

@@ -26,6 +26,7 @@ from app.core.reader import Reader
 from app.core.settings import Settings, get_settings
 from app.domain.permissions import ADMIN_HIDDEN, require_admin, require_read_scope
 from app.repo import explain as explain_repo
+from app.repo.housekeeping import count_orgs
 from app.repo.readers import reader_by_key, reader_by_user
 from app.service.session import FAULTS, raise_fault
 
@@ -249,10 +250,20 @@ async def explain_for_key(
                 fmt=fmt,
                 mode=mode,
                 settings=s,
-                measured=s.rest_explain == "measured",
+                measured=await _measures(conn, s),
             )
 
     return await _guarded(go())
+
+
+async def _measures(conn: AsyncConnection, s: Settings) -> bool:
+    """Whether the REST explain shows measured plans (``SIBYL_REST_EXPLAIN``): ``measured``
+    always (the operator's word that the database holds one org), ``single-org`` while it holds
+    exactly one, counted now (a second org imported into a running server must not see its rows
+    counted in the first org's plans), ``sql`` never."""
+    if s.rest_explain == "single-org":
+        return await count_orgs(conn) == 1
+    return s.rest_explain == "measured"
 
 
 async def explain_for_user(
