@@ -165,3 +165,39 @@ async def test_declared_spans_of_a_decomposed_body_move_onto_the_composed_one(
     )
     assert split.status_code == 400
     assert "inside a character" in split.json()["detail"]
+    # offsets count the body as sent: spans that tile only its composed form are refused, with
+    # the reason counted on the body as sent (8 characters here, 7 composed); the pair, the
+    # same text tiled as sent, is the move above
+    sent = "cafe\u0301 ok"
+    for tiles_composed in ([(0, 4), (4, 7)], [(0, 5), (5, 9)]):
+        refused = await call(
+            client,
+            "POST",
+            "/api/entities",
+            key,
+            json={
+                "id": "frames",
+                "type": "document",
+                "name": "Frames",
+                "content": sent,
+                "project": "p2",
+                "spans": [{"start": a, "end": b, "label": "x"} for a, b in tiles_composed],
+            },
+        )
+        assert refused.status_code == 400, refused.text
+        assert "8" in refused.json()["detail"], refused.text
+    tiled_as_sent = await call(
+        client,
+        "POST",
+        "/api/entities",
+        key,
+        json={
+            "id": "frames",
+            "type": "document",
+            "name": "Frames",
+            "content": sent,
+            "project": "p2",
+            "spans": [{"start": 0, "end": 6, "label": "x"}, {"start": 6, "end": 8, "label": "y"}],
+        },
+    )
+    assert tiled_as_sent.status_code == 201, tiled_as_sent.text

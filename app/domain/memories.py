@@ -104,9 +104,12 @@ SPAN_SPLITS_CHARACTER = (
 def nfc_spans(content: str, declared: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
     """Declared spans of ``content`` moved onto its NFC form (each span's text normalised on
     its own, offsets recounted, labels normalised). Unchanged when ``content`` is NFC already
-    (labels aside); left as given when they do not tile the body (the cut refuses them with the
-    reason). Raises ``BadRequest`` when the spans' texts normalised one by one are not the
-    body's NFC form: a span starting with a mark that composes with the character before it."""
+    (labels aside; where they do not tile it, the cut refuses them with the reason). Offsets
+    count the body as sent: spans of a decomposed body that do not tile it are refused with the
+    reason (``BadRequest``), even where they would tile its composed form (a new user's trial
+    found both readings accepted, the same offsets meaning two texts). Raises ``BadRequest``
+    when the spans' texts normalised one by one are not the body's NFC form: a span starting
+    with a mark that composes with the character before it."""
     labelled = [
         {**item, "label": nfc(item["label"])}
         if isinstance(item, Mapping) and isinstance(item.get("label"), str)
@@ -117,8 +120,8 @@ def nfc_spans(content: str, declared: Sequence[Mapping[str, Any]]) -> Sequence[M
         return labelled
     try:
         tiled = spans.declared_spans(content, declared)
-    except spans.SpanError:
-        return labelled
+    except spans.SpanError as exc:
+        raise BadRequest(str(exc)) from exc
     moved: list[Mapping[str, Any]] = []
     offset = 0
     for item, span in zip(labelled, tiled.spans, strict=True):
