@@ -275,3 +275,38 @@ async def test_a_body_that_is_not_json_names_the_body_and_the_character(client, 
         {"loc": ["body"], "msg": "JSON decode error at character 14", "type": "json_invalid"}
     ]
     assert r.json()["detail"] == "Invalid request: body: JSON decode error at character 14"
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "named"),
+    [
+        ("/api/search/expand", "types", ["note"]),
+        ("/api/search/expand", "relationship_types", ["DEPENDS_ON"]),
+        ("/api/search", "types", ["note"]),
+    ],
+)
+async def test_an_empty_filter_list_is_refused_not_read_as_match_nothing(
+    engine, client, path, field, named
+):
+    """A new user's trial: ``types: []`` answered an empty page (everything filtered out) where
+    ``lifecycle: []`` was a 400, and an agent sending ``[]`` most often means "no filter". Now a
+    400 that says to omit it; the pair, the same request naming a type or relationship, answers
+    and finds the memory."""
+    key = (
+        await World()
+        .entity("a", content="kestrel")
+        .entity("b")
+        .edge("a", "DEPENDS_ON", "b")
+        .load(engine)
+    )
+    base = {"entity_ids": ["a"]} if path.endswith("expand") else {"query": "kestrel"}
+    headers = {"Authorization": f"Bearer {key}"}
+    empty = await client.post(path, json={**base, field: []}, headers=headers)
+    assert empty.status_code == 400, empty.text
+    assert empty.json() == {
+        "detail": f"{field} is empty, which would match nothing: omit it for no filter"
+    }
+    given = await client.post(path, json={**base, field: named}, headers=headers)
+    assert given.status_code == 200, given.text
+    found = given.json().get("neighbors", given.json().get("results"))
+    assert found, given.text

@@ -30,13 +30,13 @@ class ExpandRequest(_Request):
     )
     relationship_types: list[StrictStr] | None = Field(
         default=None,
-        description="Restrict hops to these relationships, e.g. ['DEPENDS_ON'] (at most "
-        f"{policy.MAX_NAMES}).",
+        description="Restrict hops to these relationships, e.g. ['DEPENDS_ON'] (1 to "
+        f"{policy.MAX_NAMES} names; omit for every relationship).",
     )
     types: list[StrictStr] | None = Field(
         default=None,
         description="Return only neighbors of these entity types (the walk still "
-        f"passes through other types; at most {policy.MAX_NAMES}).",
+        f"passes through other types; 1 to {policy.MAX_NAMES} names; omit for every type).",
     )
     depth: StrictInt | None = Field(
         default=None,
@@ -152,7 +152,8 @@ class SearchRequest(_Request):
     types: list[StrictStr] | None = Field(
         default=None,
         description="Return only memories of these types (a passage counts as its memory's type;"
-        f" 'passage' selects every passage hit; at most {policy.MAX_NAMES}).",
+        f" 'passage' selects every passage hit; 1 to {policy.MAX_NAMES} names; omit for every"
+        " type).",
     )
     project: StrictStr | None = Field(
         default=None, description="Search only this readable project."

@@ -131,11 +131,16 @@ def normalize_names(values: Sequence[str] | None, *, field: str, upper: bool) ->
     """Upper- or lower-case relationship/type names; each must match ``[A-Za-z0-9_]{1,64}``.
 
     ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises
-    ``BadRequest`` for a malformed name (rule: seeds-normalised) or a list of more than
-    :data:`app.core.policy.MAX_NAMES` entries. Linear in the list's length.
+    ``BadRequest`` for a malformed name (rule: seeds-normalised), a list of more than
+    :data:`app.core.policy.MAX_NAMES` entries, or an empty list: it would filter everything
+    out, and a caller sending ``[]`` most often means "no filter" (as ``lifecycle: []`` is
+    refused; a new user's trial found ``types: []`` answering an empty page without a word).
+    Linear in the list's length.
     """
     if values is None:
         return None
+    if not values:
+        raise BadRequest(f"{field} is empty, which would match nothing: omit it for no filter")
     if len(values) > policy.MAX_NAMES:
         raise BadRequest(f"{field} may list at most {policy.MAX_NAMES} names")
     out: dict[str, None] = {}
