@@ -185,8 +185,9 @@ async def update_entity(
     credentials: Credentials,
     if_match: IfMatch = None,
 ) -> EntityOut:
-    """Change a memory: only the fields sent (`project: null` takes it out of its project;
-    `metadata` is replaced whole; `lifecycle` marks it superseded or retired).
+    """Change a memory: only the fields sent (`project: null` takes it out of its project, with
+    `scope` `org` or `private` in the same request: a project-scoped memory needs one; `metadata`
+    is replaced whole; `lifecycle` marks it superseded or retired).
 
     A body change re-cuts its passages in the same transaction (old passage ids then 404) and
     re-derives its mentions; every change bumps `revision`. With `If-Match` a stale revision is

@@ -142,8 +142,10 @@ def _absent() -> Any:
 class EntityPatch(_Request):
     """``PATCH /api/entities/{id}``: the fields to change; an absent field keeps its value.
 
-    ``project: null`` takes the memory out of its project; ``metadata`` replaces the whole
-    object. Changing ``scope`` to ``org`` drops the project (an org memory has none).
+    ``project: null`` takes the memory out of its project (with ``scope`` ``org`` or
+    ``private`` in the same request: a project-scoped memory needs one, 400 otherwise);
+    ``metadata`` replaces the whole object. Changing ``scope`` to ``org`` drops the project (an
+    org memory has none).
     """
 
     # Absent is the default, but null is no value (``_not_null``), so the OpenAPI schema offers
