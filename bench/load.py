@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import random
 import secrets
 import socket
@@ -35,7 +34,6 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -373,12 +371,12 @@ def served(
     of ``env``, e.g. ``SIBYL_POOL_TIMEOUT_S``); yields its base URL once ``/readyz`` answers,
     and stops it (SIGTERM, then SIGKILL) afterwards."""
     port = free_port()
-    executable = Path(sys.executable).with_name("sibyl-pg")
-    command = [str(executable)] if executable.exists() else [sys.executable, "-m", "app.cli"]
-    env = {**os.environ, **(env or {}), "DATABASE_URL": database_url}
+    from bench.run import server_command, server_env  # the very code this process imports
+
+    env = server_env({**(env or {}), "DATABASE_URL": database_url})
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
-            [*command, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            server_command(port),
             cwd=PROJECT_ROOT,
             env=env,
             stdin=subprocess.DEVNULL,

@@ -40,7 +40,6 @@ import os
 import platform
 import random
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -1121,15 +1120,23 @@ async def _backend_cpu_seconds(url: str) -> float:
     return sum(_cpu_seconds(int(r["pid"])) for r in pids)
 
 
-def _server_command(port: int) -> list[str]:
-    script = Path(sys.executable).with_name("sibyl-pg")
-    if script.exists():
-        prefix = [str(script)]
-    elif shutil.which("sibyl-pg"):
-        prefix = [str(shutil.which("sibyl-pg"))]
-    else:
-        prefix = [sys.executable, "-m", "app.cli"]
-    return [*prefix, "serve", "--host", "127.0.0.1", "--port", str(port)]
+def server_command(port: int) -> list[str]:
+    """``sibyl-pg serve`` on ``port``, run as ``python -m app.cli`` by this interpreter: with
+    :func:`server_env`, the server imports the very ``app`` package this benchmark imported."""
+    return [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+
+
+def server_env(extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a served subprocess: this one, ``extra``, and ``PYTHONPATH`` led by
+    the folder holding the ``app`` package this process imported. The project is installed
+    editable, so the ``sibyl-pg`` script imports the checkout it was installed from: a benchmark
+    run from another checkout (an older tree, for a before/after pair) would otherwise measure
+    that one's server, not its own (found in session 20, whose first pair did)."""
+    import app
+
+    root = str(Path(app.__file__).resolve().parents[1])
+    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def _mint_key(url: str, user: str) -> tuple[str, str]:
@@ -1395,8 +1402,8 @@ def serving(url: str, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[by
     port = _free_port()
     with log_path.open("w") as server_log:
         proc = subprocess.Popen(
-            _server_command(port),
-            env={**os.environ, "DATABASE_URL": url},
+            server_command(port),
+            env=server_env({"DATABASE_URL": url}),
             stdout=server_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

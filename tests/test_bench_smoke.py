@@ -218,3 +218,43 @@ async def test_a_fresh_load_rebuilds_the_schema_it_dropped(database_url):
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         finally:
             await admin.close()
+
+
+def test_the_served_server_runs_the_code_the_benchmark_imports(tmp_path):
+    """A before/after pair runs the benchmark from two checkouts. The project is installed
+    editable, so a server started as the ``sibyl-pg`` script imported the installed checkout:
+    both halves of session 20's first pair measured the same server. The server's command and
+    environment import the ``app`` package the benchmark imported, wherever it lies: here a copy
+    of the package in another folder stands for the older checkout, and this checkout's own
+    benchmark still serves this checkout."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import app
+    from bench.run import server_command, server_env
+
+    package = Path(app.__file__).resolve().parent
+    other = tmp_path / "older_checkout"
+    shutil.copytree(package, other / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    served = (
+        "import subprocess, sys; from bench.run import server_command, server_env; "
+        "probe = [sys.executable, '-c', 'import app; print(app.__file__)']; "
+        "print(subprocess.run(probe, env=server_env({}), capture_output=True, text=True, "
+        "check=True, cwd='/').stdout.strip())"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", served], cwd=other, capture_output=True, text=True, check=True
+    )
+    assert run.stdout.strip() == str(other / "app" / "__init__.py")
+    mine = subprocess.run(
+        [sys.executable, "-c", "import app; print(app.__file__)"],
+        env=server_env({}),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+    )
+    assert mine.stdout.strip() == str(package / "__init__.py")
+    assert server_command(8123)[:3] == [sys.executable, "-m", "app.cli"]
