@@ -255,7 +255,8 @@ async def test_grants_by_the_owner_and_by_admins(engine, client):
     r = await call(client, "PUT", f"/api/entities/n1/grants/{t.u('out')}", ann)
     assert r.status_code == 200
     r = await call(client, "GET", "/api/admin/entities/n1/grants", admin)
-    assert r.json() == [{"entity_id": "n1", "user_id": t.u("out")}]
+    # n1 is a project memory: the grant is kept but changes nothing while it is not private
+    assert r.json() == [{"entity_id": "n1", "user_id": t.u("out"), "in_effect": False}]
     r = await call(client, "DELETE", f"/api/admin/entities/n1/grants/{t.u('out')}", admin)
     assert r.status_code == 204
     assert (await call(client, "GET", "/api/admin/entities/n1/grants", admin)).json() == []
@@ -582,3 +583,29 @@ def test_cli_keys_list_and_admin_commands(database_url):
     assert made.stdout.strip().startswith("sibyl_") and "\n" not in made.stdout.strip()
     assert "cannot read project pz" in made.stderr
     assert "project px" not in made.stderr and "project po" not in made.stderr
+
+
+async def test_a_grant_says_whether_it_widens_the_readers_now(engine, client):
+    """A new user's trial: a grant on a project memory, or to the memory's owner, was a silent
+    200 that changed nothing. The answer now says so (``in_effect``), and it is true exactly
+    when the grant lets its user read what they could not: the pair is each grant's user
+    reading the memory before and after."""
+    t = await Team().load(engine)
+    ann = await t.key(engine, "ann")
+    out_read = await t.key(engine, "out", scopes=("read",))
+    vic_read = await t.key(engine, "vic", scopes=("read",))
+    cases = [
+        # (memory, grantee, grantee's key, reads before, in effect)
+        ("mine", "out", out_read, False, True),  # private: the grant opens it
+        ("n1", "vic", vic_read, True, False),  # project p1: vic, a viewer, reads it already
+        ("n1", "out", out_read, False, False),  # project p1: a grant does not open a project
+        ("mine", "ann", ann, True, False),  # the owner reads it anyway
+    ]
+    for memory, user, key, before, in_effect in cases:
+        seen = await call(client, "GET", f"/api/entities/{memory}", key)
+        assert seen.status_code == (200 if before else 404), (memory, user)
+        r = await call(client, "PUT", f"/api/entities/{memory}/grants/{t.u(user)}", ann)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"entity_id": memory, "user_id": t.u(user), "in_effect": in_effect}
+        after = await call(client, "GET", f"/api/entities/{memory}", key)
+        assert after.status_code == (200 if before or in_effect else 404), (memory, user)

@@ -227,11 +227,14 @@ async def delete_entity(
 async def grant(
     entity_id: str, user_id: str, request: Request, credentials: Credentials
 ) -> GrantOut:
-    """Share your private memory with a user of your org (read access). Owner only."""
+    """Share your private memory with a user of your org (read access). Owner only.
+
+    ``in_effect`` says whether the grant widens who reads it now: false on a project or org
+    memory (kept: it applies if the memory becomes private) and for its owner."""
 
     async def verb(conn: AsyncConnection, reader: Reader) -> GrantOut:
-        await verbs.set_grant(conn, reader, entity_id, user_id, granted=True)
-        return GrantOut(entity_id=entity_id, user_id=user_id)
+        in_effect = await verbs.set_grant(conn, reader, entity_id, user_id, granted=True)
+        return GrantOut(entity_id=entity_id, user_id=user_id, in_effect=in_effect)
 
     return await _write(request, credentials, verb)
 

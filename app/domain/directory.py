@@ -24,7 +24,7 @@ from app.core.errors import BadRequest, Conflict, Forbidden, NotFound
 from app.core.reader import Reader
 from app.domain import keys as key_domain
 from app.domain import permissions
-from app.domain.entities import set_grant
+from app.domain.entities import grant_in_effect, set_grant
 from app.domain.validation import clean_text, path_id_problem
 from app.domain.write_schemas import (
     GrantOut,
@@ -254,8 +254,12 @@ async def list_grants(conn: AsyncConnection, reader: Reader, entity_id: str) -> 
     found = await permissions.load_targets(conn, reader, [entity_id.strip()], lock="share")
     if entity_id.strip() not in found:
         raise NotFound()
+    target = found[entity_id.strip()]
     rows = await repo.list_grants(conn, org_id=reader.org_id, entity_id=entity_id.strip())
-    return [GrantOut(**g) for g in rows]
+    return [
+        GrantOut(**g, in_effect=grant_in_effect(target.scope, target.owner_id, g["user_id"]))
+        for g in rows
+    ]
 
 
 async def admin_grant(
@@ -267,8 +271,8 @@ async def admin_grant(
     admin's read rule, so a key without ``read`` gets 403, whether or not the memory exists."""
     require_admin(reader)
     permissions.require_read_scope(reader)
-    await set_grant(conn, reader, entity_id, user_id, granted=granted, as_admin=True)
-    return GrantOut(entity_id=entity_id.strip(), user_id=user_id.strip())
+    in_effect = await set_grant(conn, reader, entity_id, user_id, granted=granted, as_admin=True)
+    return GrantOut(entity_id=entity_id.strip(), user_id=user_id.strip(), in_effect=in_effect)
 
 
 # --- API keys ----------------------------------------------------------------------------------

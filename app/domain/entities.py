@@ -365,8 +365,9 @@ async def set_grant(
     *,
     granted: bool,
     as_admin: bool = False,
-) -> None:
-    """Grant (or revoke) read access to a memory for ``user_id`` of the reader's org.
+) -> bool:
+    """Grant (or revoke) read access to a memory for ``user_id`` of the reader's org; returns
+    whether such a grant widens who reads the memory now (:func:`grant_in_effect`).
 
     Granting widens who reads a private memory: only its owner may (rule: write-permissions; an org
     admin holding a grant could otherwise re-share it through the admin route). Revoking narrows it:
@@ -392,3 +393,13 @@ async def set_grant(
         await insert_grant(conn, org_id=reader.org_id, entity_id=target.id, user_id=user)
     elif not await delete_grant(conn, org_id=reader.org_id, entity_id=target.id, user_id=user):
         raise NotFound("Grant not found")
+    return grant_in_effect(target.scope, target.owner_id, user)
+
+
+def grant_in_effect(scope: str, owner_id: str | None, user_id: str) -> bool:
+    """Whether a grant of a memory of ``scope`` owned by ``owner_id`` to ``user_id`` widens who
+    reads it: only a private memory is read through grants (rule: one-read-rule), and its owner
+    reads it anyway. A grant on another memory is kept (it applies if the memory becomes
+    private); the answer says it changes nothing now (a new user's trial found it a silent
+    200)."""
+    return scope == "private" and owner_id != user_id

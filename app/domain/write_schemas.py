@@ -224,6 +224,12 @@ class GrantOut(BaseModel):
 
     entity_id: str
     user_id: str
+    in_effect: bool = Field(
+        description="Whether the grant widens who reads the memory now: true for a private "
+        "memory and a user other than its owner; false for a project or org memory (its "
+        "readers read it already; the grant is kept and applies if it becomes private) or its "
+        "owner"
+    )
 
 
 class UserIn(_Request):
