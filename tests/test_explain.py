@@ -426,12 +426,7 @@ async def test_single_org_measures_only_while_the_database_holds_one_org(databas
         try:
             first = World().entity("alpha").entity("beta").edge("alpha", "DEPENDS_ON", "beta")
             await first.load(engine)
-            admin = f"user_admin_{first.org}"
-            await import_dicts(
-                engine,
-                [{"kind": "user", "id": admin, "org": first.org, "handle": "a", "role": "admin"}],
-            )
-            key = await make_key(engine, admin, scopes=("read", "admin"))
+            key = await first.admin_key(engine)
             settings = get_settings().model_copy(update={"rest_explain": "single-org"})
             app = create_app(engine, settings=settings)
             transport = httpx.ASGITransport(app=app)

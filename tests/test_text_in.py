@@ -8,6 +8,7 @@ import secrets
 import unicodedata
 from typing import Literal
 
+import httpx
 import pytest
 from sqlalchemy import text
 
@@ -169,35 +170,17 @@ async def test_declared_spans_of_a_decomposed_body_move_onto_the_composed_one(
     # the reason counted on the body as sent (8 characters here, 7 composed); the pair, the
     # same text tiled as sent, is the move above
     sent = "cafe\u0301 ok"
-    for tiles_composed in ([(0, 4), (4, 7)], [(0, 5), (5, 9)]):
-        refused = await call(
-            client,
-            "POST",
-            "/api/entities",
-            key,
-            json={
-                "id": "frames",
-                "type": "document",
-                "name": "Frames",
-                "content": sent,
-                "project": "p2",
-                "spans": [{"start": a, "end": b, "label": "x"} for a, b in tiles_composed],
-            },
+
+    async def frames(tiles: list[tuple[int, int]]) -> httpx.Response:
+        spans = [{"start": a, "end": b, "label": "x"} for a, b in tiles]
+        body = {"id": "frames", "type": "document", "name": "Frames", "content": sent}
+        return await call(
+            client, "POST", "/api/entities", key, json={**body, "project": "p2", "spans": spans}
         )
+
+    for tiles_composed in ([(0, 4), (4, 7)], [(0, 5), (5, 9)]):
+        refused = await frames(tiles_composed)
         assert refused.status_code == 400, refused.text
         assert "8" in refused.json()["detail"], refused.text
-    tiled_as_sent = await call(
-        client,
-        "POST",
-        "/api/entities",
-        key,
-        json={
-            "id": "frames",
-            "type": "document",
-            "name": "Frames",
-            "content": sent,
-            "project": "p2",
-            "spans": [{"start": 0, "end": 6, "label": "x"}, {"start": 6, "end": 8, "label": "y"}],
-        },
-    )
+    tiled_as_sent = await frames([(0, 6), (6, 8)])
     assert tiled_as_sent.status_code == 201, tiled_as_sent.text

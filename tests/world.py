@@ -48,6 +48,15 @@ class World:
         )
         return self
 
+    async def admin_key(self, engine: Any, scopes: tuple[str, ...] = ("read", "admin")) -> str:
+        """Add an org admin to the (loaded) world and mint a key of theirs with ``scopes``."""
+        admin = f"user_admin_{self.org}"
+        await import_dicts(
+            engine,
+            [{"kind": "user", "id": admin, "org": self.org, "handle": "adm", "role": "admin"}],
+        )
+        return await make_key(engine, admin, scopes=scopes)
+
     async def load(self, engine: Any) -> str:
         """Import the rows; return a read key of the world's user."""
         await import_dicts(engine, self.records)
