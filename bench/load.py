@@ -371,7 +371,7 @@ def served(
     of ``env``, e.g. ``SIBYL_POOL_TIMEOUT_S``); yields its base URL once ``/readyz`` answers,
     and stops it (SIGTERM, then SIGKILL) afterwards."""
     port = free_port()
-    from bench.run import server_command, server_env  # the very code this process imports
+    from bench.run import server_command, server_env
 
     env = server_env({**(env or {}), "DATABASE_URL": database_url})
     with tempfile.TemporaryFile("w+") as log:

@@ -1131,7 +1131,7 @@ def server_env(extra: dict[str, str]) -> dict[str, str]:
     the folder holding the ``app`` package this process imported. The project is installed
     editable, so the ``sibyl-pg`` script imports the checkout it was installed from: a benchmark
     run from another checkout (an older tree, for a before/after pair) would otherwise measure
-    that one's server, not its own (found in session 20, whose first pair did)."""
+    that one's server, not its own."""
     import app
 
     root = str(Path(app.__file__).resolve().parents[1])

@@ -3,8 +3,7 @@
 
 ``expand`` is the verb agents call most, and a walk's database statement is short: FastAPI's
 routing (a pattern match per route), its dependency solving, its body reader and Starlette's
-request objects cost about as much Python as the verb itself (measured in process: ~0.7-1.3 ms
-of CPU a request on a slow 2-core host, against ~1.5 ms for :func:`expand_keyed`).
+request objects cost about as much Python as the verb itself (docs/benchmark.md).
 :class:`ExpandFastPath` answers the ordinary request itself and hands every other one, byte for
 byte, to the application, so the two cannot answer differently:
 
@@ -27,6 +26,7 @@ answers the requests handed on.
 from __future__ import annotations
 
 import orjson
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -55,8 +55,8 @@ class ExpandFastPath:
         if key is None:
             await self.app(scope, receive, send)
             return
-        body, more = await _read_body(receive)
-        if more is None:  # the client went away before its body was whole: nothing to answer
+        body = await _read_body(receive)
+        if body is None:  # the client went away before its body was whole: nothing to answer
             return
         try:
             request = ExpandRequest.model_validate(orjson.loads(body))
@@ -67,8 +67,7 @@ class ExpandFastPath:
         try:
             answer = await expand_keyed(app.state.engine, key, request, settings=app.state.settings)
         except DomainError as refused:
-            response = refusal(f"POST {PATH}", refused)
-            await response(scope, _replay(body, receive), send)
+            await refusal(f"POST {PATH}", refused)(scope, receive, send)
             return
         await send(
             {
@@ -89,8 +88,9 @@ def _eligible(scope: Scope) -> str | None:
 
     Where the application reads the first of several headers of a name (Starlette's
     ``headers.get``), a request with several is handed on, so the two can never read different
-    keys or media types; a media type is JSON as FastAPI's body reader decides (``email``'s
-    parser: exactly one ``/``, ``application/json`` or ``application/*+json``)."""
+    keys or media types. The key is read by the route's own parser (FastAPI's ``HTTPBearer``); a
+    media type is JSON as FastAPI's body reader decides (``email``'s parser: exactly one ``/``,
+    ``application/json`` or ``application/*+json``)."""
     key: str | None = None
     media: bytes | None = None
     seen: set[bytes] = set()
@@ -99,9 +99,9 @@ def _eligible(scope: Scope) -> str | None:
             return None
         seen.add(name)
         if name == b"authorization":
-            scheme, _, credentials = value.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer" and credentials.strip():
-                key = credentials.strip()
+            scheme, credentials = get_authorization_scheme_param(value.decode("latin-1"))
+            if scheme.lower() == "bearer" and credentials:
+                key = credentials
         elif name == b"content-type":
             media = value.split(b";", 1)[0].strip().lower()
         elif name == b"transfer-encoding":
@@ -116,16 +116,16 @@ def _eligible(scope: Scope) -> str | None:
 _ONCE = frozenset((b"authorization", b"content-type", b"content-length"))
 
 
-async def _read_body(receive: Receive) -> tuple[bytes, bool | None]:
-    """The request body, and False once it is whole (None: the client disconnected first)."""
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body (None: the client disconnected first)."""
     chunks: list[bytes] = []
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b"", None
+            return None
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
-            return b"".join(chunks), False
+            return b"".join(chunks)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

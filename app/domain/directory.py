@@ -251,11 +251,12 @@ async def list_grants(conn: AsyncConnection, reader: Reader, entity_id: str) -> 
     without ``read`` gets 403 (:func:`app.domain.permissions.require_read_scope`)."""
     require_admin(reader)
     permissions.require_read_scope(reader)
-    found = await permissions.load_targets(conn, reader, [entity_id.strip()], lock="share")
-    if entity_id.strip() not in found:
+    entity_id = entity_id.strip()
+    found = await permissions.load_targets(conn, reader, [entity_id], lock="share")
+    target = found.get(entity_id)
+    if target is None:
         raise NotFound()
-    target = found[entity_id.strip()]
-    rows = await repo.list_grants(conn, org_id=reader.org_id, entity_id=entity_id.strip())
+    rows = await repo.list_grants(conn, org_id=reader.org_id, entity_id=entity_id)
     return [
         GrantOut(**g, in_effect=grant_in_effect(target.scope, target.owner_id, g["user_id"]))
         for g in rows

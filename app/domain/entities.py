@@ -400,6 +400,5 @@ def grant_in_effect(scope: str, owner_id: str | None, user_id: str) -> bool:
     """Whether a grant of a memory of ``scope`` owned by ``owner_id`` to ``user_id`` widens who
     reads it: only a private memory is read through grants (rule: one-read-rule), and its owner
     reads it anyway. A grant on another memory is kept (it applies if the memory becomes
-    private); the answer says it changes nothing now (a new user's trial found it a silent
-    200)."""
+    private), and its answer says it changes nothing now."""
     return scope == "private" and owner_id != user_id

@@ -106,10 +106,10 @@ def nfc_spans(content: str, declared: Sequence[Mapping[str, Any]]) -> Sequence[M
     its own, offsets recounted, labels normalised). Unchanged when ``content`` is NFC already
     (labels aside; where they do not tile it, the cut refuses them with the reason). Offsets
     count the body as sent: spans of a decomposed body that do not tile it are refused with the
-    reason (``BadRequest``), even where they would tile its composed form (a new user's trial
-    found both readings accepted, the same offsets meaning two texts). Raises ``BadRequest``
-    when the spans' texts normalised one by one are not the body's NFC form: a span starting
-    with a mark that composes with the character before it."""
+    reason (``BadRequest``), even where they would tile its composed form: one frame, so the
+    same offsets never mean two texts. Raises ``BadRequest`` when the spans' texts normalised
+    one by one are not the body's NFC form: a span starting with a mark that composes with the
+    character before it."""
     labelled = [
         {**item, "label": nfc(item["label"])}
         if isinstance(item, Mapping) and isinstance(item.get("label"), str)

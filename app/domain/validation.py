@@ -133,9 +133,8 @@ def normalize_names(values: Sequence[str] | None, *, field: str, upper: bool) ->
     ``None`` stays ``None`` (no filter). Duplicates are dropped, order kept. Raises
     ``BadRequest`` for a malformed name (rule: seeds-normalised), a list of more than
     :data:`app.core.policy.MAX_NAMES` entries, or an empty list: it would filter everything
-    out, and a caller sending ``[]`` most often means "no filter" (as ``lifecycle: []`` is
-    refused; a new user's trial found ``types: []`` answering an empty page without a word).
-    Linear in the list's length.
+    out, and a caller sending ``[]`` most often means "no filter" (``lifecycle: []`` is refused
+    the same way). Linear in the list's length.
     """
     if values is None:
         return None
