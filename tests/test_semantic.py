@@ -323,3 +323,90 @@ async def test_one_memory_id_in_two_orgs_gets_each_its_own_vectors(vec_engine):
     assert [(d, c) for d, c, _ in a] == [(d, c) for d, c, _ in b]  # the same shape of documents
     assert len({(d, c) for d, c, _ in a}) == len(a)  # each chunk once
     assert [v for _, _, v in a] != [v for _, _, v in b]  # each from its own text
+
+
+# --- the re-ranking stage (app/domain/search/rerank.py) -----------------------------------
+
+RERANK = SearchSettings(embedder=models.HASHING, rerank=True)
+"""The lexical lanes, then the re-ranking by the hashing embedder's vectors."""
+
+
+def _near_and_far(org: str, sfx: str) -> list[dict]:
+    """``far`` holds every word of the query often (the higher BM25) among other words, in one
+    chunk; ``near`` holds the query's words once each, and nothing else (the nearer vector)."""
+    return [
+        *org_records(org, sfx, {"ann": "member"}),
+        memory_record(
+            org,
+            sfx,
+            "far",
+            "Notes",
+            "kelp kelp kelp forests forests cold cold water water divers boats harbour ropes",
+        ),
+        memory_record(org, sfx, "near", "Diary", "kelp forests cold water"),
+    ]
+
+
+async def test_the_rerank_orders_the_head_by_bm25_blended_with_similarity(vec_engine):
+    sfx, org = secrets.token_hex(3), "org_rr_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    query = "kelp forests cold water"
+    lexical = await _ask(vec_engine, ann, query, RERANK.replace(rerank=False))
+    assert [r.id for r in lexical.results] == ["far", "near"]
+    assert lexical.filters["rerank"] == {"ran": False, "reason": "off"}
+    by_meaning = await _ask(vec_engine, ann, query, RERANK.replace(rerank_weight=0.0))
+    assert [r.id for r in by_meaning.results] == ["near", "far"]
+    assert by_meaning.filters["rerank"] == {"ran": True, "top": 2}
+    match = {r.id: r.metadata["match"] for r in by_meaning.results}
+    assert match["near"]["similarity"] > match["far"]["similarity"]
+    # BM25 alone: the fused order stands, with each row's blended score in its match
+    by_text = await _ask(vec_engine, ann, query, RERANK.replace(rerank_weight=1.0))
+    assert [r.id for r in by_text.results] == ["far", "near"]
+    assert by_text.results[0].metadata["match"]["rerank_score"] == 1.0
+
+
+async def test_the_rerank_keeps_the_fused_order_until_every_head_memory_has_vectors(vec_engine):
+    sfx, org = secrets.token_hex(3), "org_rrv_" + secrets.token_hex(4)
+    await import_dicts(vec_engine, _near_and_far(org, sfx))  # the worker has not run yet
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    got = await _ask(vec_engine, ann, "kelp forests cold water", RERANK.replace(rerank_weight=0.0))
+    assert [r.id for r in got.results] == ["far", "near"]
+    assert got.filters["rerank"] == {
+        "ran": False,
+        "reason": "2 of the first 2 memories have no vectors yet",
+    }
+    assert "similarity" not in got.results[0].metadata["match"]
+
+
+async def test_hidden_vectors_change_nothing_the_rerank_orders(vec_engine):
+    """The rerank reads only the head's own vectors, under the read rule: ann's pages (which
+    hold no hidden memory) are byte for byte those of the org without bob's hidden memories,
+    while bob, who may read them, finds them re-ranked."""
+    pages = {}
+    settings = RERANK.replace(rerank_weight=0.3, rerank_top=8)
+    for hidden in (True, False):
+        sfx, org = secrets.token_hex(3), "org_rrh_" + secrets.token_hex(4)
+        await _load(vec_engine, _world(org, sfx, hidden=hidden))
+        ann = await make_key(vec_engine, f"user_ann_{sfx}")
+        bob = await make_key(vec_engine, f"user_bob_{sfx}")
+        got = []
+        for q in ("kelp forests cold water", "warm coral seas"):
+            answer = await _ask(vec_engine, ann, q, settings, limit=5)
+            assert answer.filters["rerank"]["ran"] is True
+            got.append(answer.model_dump(exclude={"filters"}))
+        pages[hidden] = json.dumps(got)
+        seen = await _ask(vec_engine, bob, "kelp forests cold water", settings, limit=20)
+        assert seen.filters["rerank"]["ran"] is True
+        assert any(r.id.startswith("h") for r in seen.results) == hidden
+    assert pages[True] == pages[False]
+
+
+async def test_without_pgvector_the_rerank_says_so(engine):
+    sfx, org = secrets.token_hex(3), "org_rr0_" + secrets.token_hex(4)
+    await import_dicts(engine, _near_and_far(org, sfx))
+    ann = await make_key(engine, f"user_ann_{sfx}")
+    got = await _ask(engine, ann, "kelp forests cold water", RERANK.replace(rerank_weight=0.0))
+    assert [r.id for r in got.results] == ["far", "near"]
+    assert got.filters["rerank"]["ran"] is False
+    assert "pgvector" in got.filters["rerank"]["reason"]

@@ -64,11 +64,12 @@ def create_app(
                 await stack.enter_async_context(
                     refresher.lifespan(app.state.engine, s.stats_refresh_s)
                 )
-                # vectors of the semantic lane, when it is on (app/service/workers/embeddings.py)
+                # vectors of the semantic lane and the re-ranking, when either is on
+                # (app/service/workers/embeddings.py)
                 await stack.enter_async_context(
                     embeddings.lifespan(
                         app.state.engine,
-                        s.embed_interval_s if s.search_semantic else 0,
+                        s.embed_interval_s if s.search_semantic or s.search_rerank else 0,
                         s.embedder,
                     )
                 )

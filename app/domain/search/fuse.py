@@ -55,6 +55,10 @@ class Ranked:
     score: float
     promoted_by: Promotion | None = None
     """Set when the promotion listed it right after the row above (its neighbour)."""
+    similarity: float | None = None
+    """Its nearest chunk's cosine similarity with the query, where the re-ranking ran."""
+    rerank_score: float | None = None
+    """Its score in the re-ranking (:mod:`app.domain.search.rerank`), where that ran."""
 
     @property
     def memory_id(self) -> str:

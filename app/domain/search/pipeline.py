@@ -8,9 +8,11 @@ Stages, each in its own module, each sending the statements its docstring names:
    lanes (``sibyl:search.fulltext``, ``sibyl:search.exact``, ``sibyl:search.semantic``);
 3. **fuse** and **fold** (:mod:`~app.domain.search.fuse`): reciprocal rank fusion, then one row
    per memory (its best hit: every span a query word finds competes for its memory);
-4. **promote** (:mod:`~app.domain.search.promote`): the best result's strongest typed neighbour
+4. **rerank** (:mod:`~app.domain.search.rerank`, opt-in): the first memories re-ordered by BM25
+   blended with their nearest chunk's similarity to the query (``sibyl:search.rerank``);
+5. **promote** (:mod:`~app.domain.search.promote`): the best result's strongest typed neighbour
    right after it (``sibyl:search.promote``);
-5. **page**: the rows of ``offset``..``offset + limit`` (``sibyl:search.hits``), each with its
+6. **page**: the rows of ``offset``..``offset + limit`` (``sibyl:search.hits``), each with its
    focus (:mod:`~app.domain.search.focus`, ``sibyl:search.spans``).
 
 Every number the stages use is in one :class:`~app.domain.search.settings.SearchSettings`,
@@ -37,6 +39,7 @@ from app.domain.search.fuse import EXACT, FULLTEXT, LANES, SEMANTIC, Ranked, fol
 from app.domain.search.lanes import Filters, run_lanes
 from app.domain.search.promote import promote_first
 from app.domain.search.query import Query, build_query, normalize_lifecycles, normalize_query
+from app.domain.search.rerank import rerank
 from app.domain.search.settings import SearchSettings, search_settings
 from app.domain.validation import normalize_names, normalize_project
 from app.repo import search as search_repo
@@ -106,6 +109,9 @@ def match_metadata(ranked: Ranked) -> dict[str, Any]:
     null: no full-text match) and, on a promoted row, ``promoted_by``."""
     out: dict[str, Any] = {f"{lane}_rank": ranked.lanes.get(lane) for lane in LANES}
     out["text_rank"] = None if ranked.text_rank is None else round(ranked.text_rank, 6)
+    if ranked.rerank_score is not None:
+        out["similarity"] = round(ranked.similarity or 0.0, 6)
+        out["rerank_score"] = round(ranked.rerank_score, 6)
     if ranked.promoted_by is not None:
         p = ranked.promoted_by
         out["promoted_by"] = {"id": p.id, "relationship": p.relationship, "direction": p.direction}
@@ -156,10 +162,11 @@ async def search(
 
     found = await candidates(conn, reader, text, filters, ss)
     query = found.query
+    reranked, rerank_report = await rerank(conn, reader, fold(found.ranked), query, ss)
     folded = await promote_first(
         conn,
         reader,
-        fold(found.ranked),
+        reranked,
         ss,
         types=filters.types,
         lifecycles=filters.lifecycles,
@@ -220,6 +227,7 @@ async def search(
         # the words the full-text lane used, heaviest first, as the index lower-cases them
         "words": list(dict.fromkeys(terms.lowered(w) for w in query.tokens)),
         "lanes": found.lanes,
+        "rerank": rerank_report,
         "settings": ss.echo(),
         "round_budget": policy.ROUND_BUDGET,
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -47,6 +48,28 @@ async def _tables_present(conn: AsyncConnection) -> bool:
     if not _tables.get(key):
         _tables[key] = await semantic_repo.tables_present(conn)
     return _tables[key]
+
+
+async def unavailable(conn: AsyncConnection, settings: SearchSettings) -> str | None:
+    """None when vectors of :attr:`SearchSettings.embedder` can be used here (the model runs,
+    the database holds the lane's tables), else why not, as ``filters`` says it."""
+    reason = models.available(settings.embedder)
+    if reason is not None:
+        return reason
+    if not await _tables_present(conn):
+        return "the database server has no pgvector"
+    return None
+
+
+@lru_cache(maxsize=256)
+def _encoded(model: str, text: str) -> tuple[float, ...]:
+    return tuple(models.embedder(model).encode([text])[0])
+
+
+async def query_vector(model: str, text: str) -> list[float]:
+    """The vector of a query's ``text`` by ``model`` (in a thread; the last 256 kept: the
+    semantic lane and the re-ranking of one search ask once)."""
+    return list(await asyncio.to_thread(_encoded, model, text))
 
 
 async def _coverage_of(conn: AsyncConnection, reader: Reader, model: str) -> tuple[int, int, int]:
@@ -103,13 +126,11 @@ async def lane(
     by the counts (None: unknown, the exact path)."""
     if not settings.semantic:
         return None, {"ran": False, "reason": "off"}
-    reason = models.available(settings.embedder)
+    reason = await unavailable(conn, settings)
     if reason is not None:
         return None, {"ran": False, "reason": reason}
-    if not await _tables_present(conn):
-        return None, {"ran": False, "reason": "the database server has no pgvector"}
     model = models.embedder(settings.embedder)
-    vector = (await asyncio.to_thread(model.encode, [query.text]))[0]
+    vector = await query_vector(settings.embedder, query.text)
     memories, embedded, chunks = await _coverage_of(conn, reader, model.name)
     indexed = (
         readable_documents is not None

@@ -3,9 +3,9 @@
 The pipeline (:mod:`app.domain.search.pipeline`) reads nothing else: each stage takes the
 settings it runs with, ``filters.settings`` echoes them on every answer, and the evaluation
 switches them per run (its ablation table: ``docs/eval.md``). :func:`search_settings` gives the
-service's settings: these defaults, with the candidate cap, the semantic lane and its model
-from the environment (``SIBYL_SEARCH_CANDIDATE_CAP``, ``SIBYL_SEARCH_SEMANTIC``,
-``SIBYL_EMBEDDER``).
+service's settings: these defaults, with the candidate cap, the semantic lane, the re-ranking
+and their model from the environment (``SIBYL_SEARCH_CANDIDATE_CAP``, ``SIBYL_SEARCH_SEMANTIC``,
+``SIBYL_SEARCH_RERANK``, ``SIBYL_EMBEDDER``).
 """
 
 from __future__ import annotations
@@ -68,6 +68,13 @@ class SearchSettings:
     """Matches a word without lists reads per table (memories, passages)."""
 
     # stages after fusion
+    rerank: bool = False
+    """The first ``rerank_top`` memories are re-ordered by BM25 blended with their nearest
+    chunk's similarity to the query (:mod:`app.domain.search.rerank`)."""
+    rerank_top: int = 20
+    """Memories of the fused order the re-ranking re-orders."""
+    rerank_weight: float = 0.5
+    """BM25's share of the re-ranking score (the nearest chunk's similarity has the rest)."""
     promote: bool = True
     """The best result's strongest typed neighbour is listed right after it."""
     promote_min_weight: float = 0.90
@@ -101,5 +108,8 @@ def search_settings(settings: Settings | None = None) -> SearchSettings:
     semantic lane is on from the environment."""
     s = settings or get_settings()
     return SearchSettings(
-        candidate_cap=s.search_candidate_cap, semantic=s.search_semantic, embedder=s.embedder
+        candidate_cap=s.search_candidate_cap,
+        semantic=s.search_semantic,
+        rerank=s.search_rerank,
+        embedder=s.embedder,
     )

@@ -11,6 +11,11 @@ compare whole: the HNSW index's ``:ef`` nearest chunks of the org, then the read
 filters on their memories. When fewer than ``:k`` readable documents come back, the caller runs
 the exact statement instead (never a short page for a reader who sees little).
 
+**Similarity** (``sibyl:search.rerank``), for the re-ranking stage: of each named memory the
+reader may read, the greatest cosine similarity between the query's vector and a chunk vector of
+its current revision by the model in use (its own document and its passages); a memory without
+such vectors is left out. Only the named memories' vectors are read: no index, no other row.
+
 **Coverage** (``sibyl:search.semantic_coverage``): of the reader's readable memories (not
 retired), how many have vectors of their current revision by the model in use, and how many
 vectors those are (what sizes the index path's ``:ef``).
@@ -74,6 +79,17 @@ ORDER BY n.distance, n.doc_id
 LIMIT :k"""
 )
 
+RERANK_SQL = text(
+    f"""/* sibyl:search.rerank */
+SELECT t.id AS memory_id, max(1 - (e.embedding <=> CAST(:vector AS vector))) AS similarity
+FROM entities t
+JOIN embedding_state s
+  ON s.org_id = t.org_id AND s.memory_id = t.id AND s.revision = t.revision AND s.model = :model
+JOIN embeddings e ON e.org_id = t.org_id AND e.memory_id = t.id AND e.revision = t.revision
+WHERE t.org_id = :r_org AND t.id = ANY(CAST(:ids AS text[])) AND {readable("t")}
+GROUP BY t.id"""
+)
+
 COVERAGE_SQL = text(
     f"""/* sibyl:search.semantic_coverage */
 SELECT count(*) AS memories,
@@ -133,6 +149,27 @@ async def nearest(
         await conn.execute(EF_SEARCH_SQL, {"ef": str(ef)})
         rows = await conn.execute(SEMANTIC_INDEX_SQL, {**params, "ef": ef})
     return [Near(r.doc_id, r.memory_id, r.type, float(r.distance)) for r in rows]
+
+
+async def similarities(
+    conn: AsyncConnection,
+    *,
+    reader_params: dict[str, object],
+    vector: list[float],
+    memory_ids: list[str],
+    model: str,
+) -> dict[str, float]:
+    """Memory id → the greatest cosine similarity (-1..1) of the query's ``vector`` with a chunk
+    vector of that memory (:data:`RERANK_SQL`), for the ``memory_ids`` the reader may read that
+    have vectors of their current revision by ``model``."""
+    params = {
+        **reader_params,
+        "vector": vector_literal(vector),
+        "ids": memory_ids,
+        "model": model,
+    }
+    rows = await conn.execute(RERANK_SQL, params)
+    return {r.memory_id: float(r.similarity) for r in rows}
 
 
 async def coverage(

@@ -1,0 +1,95 @@
+"""Re-ranking of the fused head by meaning (opt-in): the first :attr:`SearchSettings.rerank_top`
+memories of the folded order, re-ordered by a blend of their BM25 and their nearest chunk's
+cosine similarity with the query.
+
+score(m) = w × bm25(m) / (the head's greatest bm25) + (1 − w) × similarity(m), w =
+:attr:`SearchSettings.rerank_weight`; bm25 is the memory's best hit's text rank (0 without a
+full-text match); similarity is the greatest cosine of the query's vector with a chunk vector of
+the memory's current revision (its own document or a passage: ``sibyl:search.rerank``).
+
+- A hit of the exact lane keeps its place (the query names it); the others fill the remaining
+  places of the head, best score first (ties: the fused order). Rows past the head keep theirs.
+- Only the head's own vectors are read, under the read rule: no index, no other memory's
+  vector, so what a reader may not read changes nothing in their order.
+- It runs where the model and pgvector are there and every memory of the head has vectors of its
+  current revision; otherwise the fused order stands and ``filters.rerank`` says why.
+
+Measured in ``docs/eval.md`` (the ablation table).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.core import embedder as models
+from app.core.reader import Reader
+from app.domain.search import semantic
+from app.domain.search.fuse import EXACT, Folded
+from app.domain.search.query import Query
+from app.domain.search.settings import SearchSettings
+from app.repo.search import semantic as semantic_repo
+
+
+def blend(text_rank: float | None, top_text: float, similarity: float, weight: float) -> float:
+    """The re-ranking score of one memory (see the module docstring)."""
+    lexical = (text_rank or 0.0) / top_text if top_text > 0 else 0.0
+    return weight * lexical + (1.0 - weight) * similarity
+
+
+async def rerank(
+    conn: AsyncConnection,
+    reader: Reader,
+    folded: Folded,
+    query: Query,
+    settings: SearchSettings,
+) -> tuple[Folded, dict[str, Any]]:
+    """``folded`` with its head re-ordered (see the module docstring), and the stage's report
+    for ``filters.rerank``: ``{"ran": bool, "reason"?: str, "top"?: int}``. One
+    ``sibyl:search.rerank`` statement when it runs."""
+    if not settings.rerank:
+        return folded, {"ran": False, "reason": "off"}
+    head = folded[: settings.rerank_top]
+    if len(head) < 2:
+        return folded, {"ran": False, "reason": "fewer than two candidates"}
+    reason = await semantic.unavailable(conn, settings)
+    if reason is not None:
+        return folded, {"ran": False, "reason": reason}
+    model = settings.embedder
+    vector = await semantic.query_vector(model, query.text)
+    similarity = await semantic_repo.similarities(
+        conn,
+        reader_params=reader.params(),
+        vector=vector,
+        memory_ids=[r.memory_id for r, _ in head],
+        model=models.embedder(model).name,
+    )
+    missing = sum(1 for r, _ in head if r.memory_id not in similarity)
+    if missing:
+        return folded, {
+            "ran": False,
+            "reason": f"{missing} of the first {len(head)} memories have no vectors yet",
+        }
+    top_text = max((r.text_rank or 0.0) for r, _ in head)
+    scored = [
+        (
+            dataclasses.replace(
+                r,
+                similarity=similarity[r.memory_id],
+                rerank_score=blend(
+                    r.text_rank, top_text, similarity[r.memory_id], settings.rerank_weight
+                ),
+            ),
+            collapsed,
+        )
+        for r, collapsed in head
+    ]
+    movable = sorted(
+        (entry for entry in scored if EXACT not in entry[0].lanes),
+        key=lambda entry: -(entry[0].rerank_score or 0.0),  # stable: ties keep the fused order
+    )
+    it = iter(movable)
+    ordered = [entry if EXACT in entry[0].lanes else next(it) for entry in scored]
+    return ordered + folded[len(head) :], {"ran": True, "top": len(head)}
