@@ -13,6 +13,7 @@ anything), and :meth:`destroy`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -107,15 +108,19 @@ class ThrowawayPostgres:
         except (psutil.NoSuchProcess, ValueError):
             return []
 
+    def _signal(self, sig: signal.Signals) -> None:
+        for process in self._processes():
+            # a backend listed a moment ago may have ended since (a closed connection)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(sig)
+
     def freeze(self) -> None:
         """SIGSTOP every process of the server: connections stay open, nothing answers."""
-        for process in self._processes():
-            process.send_signal(signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
 
     def thaw(self) -> None:
         """SIGCONT every process of the server."""
-        for process in self._processes():
-            process.send_signal(signal.SIGCONT)
+        self._signal(signal.SIGCONT)
 
     def destroy(self) -> None:
         """Stop the server if it runs (thawing it first) and delete its folder."""
