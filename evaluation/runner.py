@@ -5,11 +5,14 @@ embedded server), migrate it, import the PEP corpus and the LoCoMo conversations
 per session, :mod:`evaluation.locomo`) through the real importer, rebuild the communities
 of ``org_python`` (as ``make run`` does), count both orgs' search statistics and ``VACUUM
 (ANALYZE)``; (2) check that every PEP question's answer phrase is in one of its answering
-memories; (3) run every PEP question set (:mod:`evaluation.harness`) as ``user_org_admin``
-and every LoCoMo question (:mod:`evaluation.locomo_run`) as ``user_locomo_reader``, with the
-grep baseline of the same documents; (4) unless ``--no-ablations``, run both again with each
-stage or lane switched off (:data:`ABLATIONS`), search's settings switched per run; (5) print
-the figures, optionally write the JSON report; (6) drop the database unless ``--keep``.
+memories; (3) embed both corpora for the re-ranking and the semantic lane (vectors cached on
+disk), where the extra and pgvector are there (else search runs lexical and the report's
+``vectors`` says why); (4) run every PEP question set (:mod:`evaluation.harness`) as
+``user_org_admin`` and every LoCoMo question (:mod:`evaluation.locomo_run`) as
+``user_locomo_reader``, with the grep baseline of the same documents; (5) unless
+``--no-ablations``, run both again with each stage or lane switched off (:data:`ABLATIONS`),
+search's settings switched per run; (6) print the figures, optionally write the JSON report;
+(7) drop the database unless ``--keep``.
 ``--reuse`` skips step 1 when ``sibyl_eval`` already holds both corpora.
 """
 
@@ -63,6 +66,9 @@ ABLATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("promoted row's focus by every word", {"focus_by_ask": False}),
     ("semantic lane on", {"semantic": True}),
     ("semantic lane on, half weight", {"semantic": True, "semantic_weight": 0.5}),
+    ("no rerank", {"rerank": False}),
+    ("rerank on, BM25 weight 0.3", {"rerank": True, "rerank_weight": 0.3}),
+    ("rerank on, BM25 weight 0.7", {"rerank": True, "rerank_weight": 0.7}),
 )
 """Each run of the ablation table: a name and the settings it changes from the service's."""
 
@@ -212,16 +218,21 @@ async def run_eval(
             )
             return found.as_dict()
 
+        # vectors before the main run when it re-ranks (the service's default) or uses the lane
+        wants_vectors = ablations or base.rerank or base.semantic
+        semantic_reason = await _semantic_ready(engine, base, say) if wants_vectors else None
+        if semantic_reason is not None and (base.rerank or base.semantic):
+            say(f"search runs lexical only: {semantic_reason}")
+        report["vectors"] = semantic_reason or "ready"
         say(f"running the PEP question sets ({sum(len(s.questions) for s in sets)} questions)")
         report["sets"] = await pep_sets(base, with_context)
         if questions:
             say(f"running the LoCoMo questions ({len(questions)}) and the grep baseline")
         report["locomo"] = await chats(base, True)
-        semantic_reason = await _semantic_ready(engine, base, say) if ablations else None
         if ablations:
             for name, changes in ABLATIONS:
                 variant = base.replace(**changes)
-                if variant.semantic and semantic_reason is not None:
+                if (variant.semantic or variant.rerank) and semantic_reason is not None:
                     say(f"ablation: {name}: skipped ({semantic_reason})")
                     report["ablations"].append(
                         {"name": name, "changes": changes, "unavailable": semantic_reason}
@@ -387,7 +398,10 @@ def render_ablations(report: dict[str, Any], console: Console) -> None:
 
     row("full pipeline", report["sets"], report.get("locomo"))
     for a in report["ablations"]:
-        row(a["name"], a["sets"], a.get("locomo"))
+        if "unavailable" in a:
+            table.add_row(a["name"], f"not run: {a['unavailable']}", "-", "-")
+        else:
+            row(a["name"], a["sets"], a.get("locomo"))
     console.print(table)
 
 

@@ -310,3 +310,26 @@ async def test_round_3_reads_the_opening_of_a_promoted_successor(engine):
     assert without.rank_hop_from == 1 and without.rank_written == 2  # promoted right after it
     assert without.exposed_round is None
     assert with_opening.exposed_round == 3
+
+
+def test_the_ablation_table_names_a_run_that_could_not_run():
+    """On a server without pgvector the runs that need vectors are reported as not run, with
+    why, beside the ones that ran."""
+    from rich.console import Console
+
+    from evaluation.runner import render_ablations
+
+    summary = {"questions": 10, "exposure": 0.9, "recall_at_5_written": 0.8}
+    report = {
+        "sets": {"heldout8": {"summary": summary}},
+        "locomo": None,
+        "ablations": [
+            {"name": "no promotion", "changes": {}, "sets": {"heldout8": {"summary": summary}}},
+            {"name": "rerank on, BM25 weight 0.3", "changes": {}, "unavailable": "no pgvector"},
+        ],
+    }
+    console = Console(record=True, width=200)
+    render_ablations(report, console)
+    out = console.export_text()
+    assert "no promotion" in out and "9 / 8 of 10" in out
+    assert "not run: no pgvector" in out
