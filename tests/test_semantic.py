@@ -410,3 +410,12 @@ async def test_without_pgvector_the_rerank_says_so(engine):
     assert [r.id for r in got.results] == ["far", "near"]
     assert got.filters["rerank"]["ran"] is False
     assert "pgvector" in got.filters["rerank"]["reason"]
+
+
+def test_the_rerank_is_on_by_default_and_the_environment_turns_it_off(monkeypatch):
+    from app.core.settings import Settings
+    from app.domain.search import search_settings
+
+    assert search_settings(Settings()).rerank is True
+    monkeypatch.setenv("SIBYL_SEARCH_RERANK", "false")
+    assert search_settings(Settings()).rerank is False

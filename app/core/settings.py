@@ -18,8 +18,9 @@ Every variable is optional; the defaults run the service on a fresh machine:
   (default 200; :mod:`app.domain.search.settings`).
 - ``SIBYL_SEARCH_SEMANTIC``: ``true`` turns search's semantic lane on (default off; it runs only
   with the ``semantic`` extra installed and pgvector on the server: docs/search.md).
-- ``SIBYL_SEARCH_RERANK``: ``true`` turns on the re-ranking of search's first results by meaning
-  (default off; it runs where the semantic lane can: docs/search.md).
+- ``SIBYL_SEARCH_RERANK``: the re-ranking of search's first results by meaning (default on; it
+  runs where the semantic lane can, with the ``semantic`` extra and pgvector: docs/search.md);
+  ``false`` turns it off.
 - ``SIBYL_EMBEDDER``: the semantic lane's model: ``minilm`` (default; the ``semantic`` extra) or
   ``hashing`` (a bag of hashed words: for tests and benchmarks only).
 - ``SIBYL_EMBED_INTERVAL_S``: how often (seconds) a serving process looks for memories whose
@@ -132,7 +133,7 @@ class Settings(BaseSettings):
     walk_hub_degree: int = Field(default=64, ge=0, le=100_000)
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     search_semantic: bool = False
-    search_rerank: bool = False
+    search_rerank: bool = True
     embedder: str = "minilm"
     embed_interval_s: float = Field(default=10.0, ge=0, le=86_400, allow_inf_nan=False)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)

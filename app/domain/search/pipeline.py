@@ -8,8 +8,9 @@ Stages, each in its own module, each sending the statements its docstring names:
    lanes (``sibyl:search.fulltext``, ``sibyl:search.exact``, ``sibyl:search.semantic``);
 3. **fuse** and **fold** (:mod:`~app.domain.search.fuse`): reciprocal rank fusion, then one row
    per memory (its best hit: every span a query word finds competes for its memory);
-4. **rerank** (:mod:`~app.domain.search.rerank`, opt-in): the first memories re-ordered by BM25
-   blended with their nearest chunk's similarity to the query (``sibyl:search.rerank``);
+4. **rerank** (:mod:`~app.domain.search.rerank`, where vectors can be used): the first
+   memories re-ordered by BM25 blended with their nearest chunk's similarity to the query
+   (``sibyl:search.rerank``);
 5. **promote** (:mod:`~app.domain.search.promote`): the best result's strongest typed neighbour
    right after it (``sibyl:search.promote``);
 6. **page**: the rows of ``offset``..``offset + limit`` (``sibyl:search.hits``), each with its

@@ -1,4 +1,4 @@
-"""Re-ranking of the fused head by meaning (opt-in): the first :attr:`SearchSettings.rerank_top`
+"""Re-ranking of the fused head by meaning: the first :attr:`SearchSettings.rerank_top`
 memories of the folded order, re-ordered by a blend of their BM25 and their nearest chunk's
 cosine similarity with the query.
 
@@ -14,7 +14,8 @@ the memory's current revision (its own document or a passage: ``sibyl:search.rer
 - It runs where the model and pgvector are there and every memory of the head has vectors of its
   current revision; otherwise the fused order stands and ``filters.rerank`` says why.
 
-Measured in ``docs/eval.md`` (the ablation table).
+On by default (:attr:`SearchSettings.rerank`, ``SIBYL_SEARCH_RERANK``): it pays on the PEPs and
+on LoCoMo and costs nothing on the clean PEP set (``docs/eval.md``, the ablation table).
 """
 
 from __future__ import annotations

@@ -38,16 +38,20 @@ from app.repo.search import semantic as semantic_repo
 
 COVERAGE_TTL_S = 30.0
 _coverage: dict[tuple[object, ...], tuple[float, tuple[int, int, int]]] = {}
-_tables: dict[str, bool] = {}
+_tables: dict[str, tuple[float, bool]] = {}
 
 
 async def _tables_present(conn: AsyncConnection) -> bool:
     """Whether the database holds the lane's tables, asked once per database and process while
-    they are there (a database without them is asked again at every search)."""
+    they are there; a database without them is asked again after :data:`COVERAGE_TTL_S`
+    seconds (``sibyl-pg semantic setup`` may have created them), not at every search."""
     key = conn.engine.url.render_as_string(hide_password=True)
-    if not _tables.get(key):
-        _tables[key] = await semantic_repo.tables_present(conn)
-    return _tables[key]
+    now = time.monotonic()
+    known = _tables.get(key)
+    if known is None or (not known[1] and now - known[0] >= COVERAGE_TTL_S):
+        known = (now, await semantic_repo.tables_present(conn))
+        _tables[key] = known
+    return known[1]
 
 
 async def unavailable(conn: AsyncConnection, settings: SearchSettings) -> str | None:

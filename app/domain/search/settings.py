@@ -68,7 +68,7 @@ class SearchSettings:
     """Matches a word without lists reads per table (memories, passages)."""
 
     # stages after fusion
-    rerank: bool = False
+    rerank: bool = True
     """The first ``rerank_top`` memories are re-ordered by BM25 blended with their nearest
     chunk's similarity to the query (:mod:`app.domain.search.rerank`)."""
     rerank_top: int = 20
