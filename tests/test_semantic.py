@@ -419,3 +419,27 @@ def test_the_rerank_is_on_by_default_and_the_environment_turns_it_off(monkeypatc
     assert search_settings(Settings()).rerank is True
     monkeypatch.setenv("SIBYL_SEARCH_RERANK", "false")
     assert search_settings(Settings()).rerank is False
+
+
+async def test_an_org_without_vectors_costs_no_query_vector(vec_engine, monkeypatch):
+    """Before the worker has written any vector of an org, the re-ranking says so without
+    making the query's vector (one cached look); once vectors exist it runs."""
+    sfx, org = secrets.token_hex(3), "org_rrn_" + secrets.token_hex(4)
+    await import_dicts(vec_engine, _near_and_far(org, sfx))
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    made: list[str] = []
+    real = semantic_lane.query_vector
+
+    async def counted(model: str, text: str) -> list[float]:
+        made.append(text)
+        return await real(model, text)
+
+    monkeypatch.setattr(semantic_lane, "query_vector", counted)
+    monkeypatch.setattr(semantic_lane, "COVERAGE_TTL_S", 0.0)  # every search looks again
+    settings = RERANK.replace(rerank_weight=0.0)
+    before = await _ask(vec_engine, ann, "kelp forests cold water", settings)
+    assert before.filters["rerank"]["ran"] is False and made == []
+    await embed_due(vec_engine, model_name=models.HASHING)
+    after = await _ask(vec_engine, ann, "kelp forests cold water", settings)
+    assert after.filters["rerank"]["ran"] is True and made == ["kelp forests cold water"]
+    assert [r.id for r in after.results] == ["near", "far"]

@@ -12,7 +12,9 @@ the memory's current revision (its own document or a passage: ``sibyl:search.rer
 - Only the head's own vectors are read, under the read rule: no index, no other memory's
   vector, so what a reader may not read changes nothing in their order.
 - It runs where the model and pgvector are there and every memory of the head has vectors of its
-  current revision; otherwise the fused order stands and ``filters.rerank`` says why.
+  current revision; otherwise the fused order stands and ``filters.rerank`` says why. An org
+  with no vector by the model at all is told from one cached look (``sibyl:search.any_vectors``),
+  before any query vector is made.
 
 On by default (:attr:`SearchSettings.rerank`, ``SIBYL_SEARCH_RERANK``): it pays on the PEPs and
 on LoCoMo and costs nothing on the clean PEP set (``docs/eval.md``, the ablation table).
@@ -59,14 +61,17 @@ async def rerank(
     if reason is not None:
         return folded, {"ran": False, "reason": reason}
     model = settings.embedder
-    vector = await semantic.query_vector(model, query.text)
-    similarity = await semantic_repo.similarities(
-        conn,
-        reader_params=reader.params(),
-        vector=vector,
-        memory_ids=[r.memory_id for r, _ in head],
-        model=models.embedder(model).name,
-    )
+    name = models.embedder(model).name
+    similarity: dict[str, float] = {}
+    if await semantic.org_has_vectors(conn, reader.org_id, name):
+        vector = await semantic.query_vector(model, query.text)
+        similarity = await semantic_repo.similarities(
+            conn,
+            reader_params=reader.params(),
+            vector=vector,
+            memory_ids=[r.memory_id for r, _ in head],
+            model=name,
+        )
     missing = sum(1 for r, _ in head if r.memory_id not in similarity)
     if missing:
         return folded, {

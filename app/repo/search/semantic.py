@@ -90,6 +90,12 @@ WHERE t.org_id = :r_org AND t.id = ANY(CAST(:ids AS text[])) AND {readable("t")}
 GROUP BY t.id"""
 )
 
+ANY_VECTORS_SQL = text(
+    """/* sibyl:search.any_vectors */
+SELECT EXISTS (SELECT 1 FROM embedding_state s WHERE s.org_id = :org AND s.model = :model)
+    AS any"""
+)
+
 COVERAGE_SQL = text(
     f"""/* sibyl:search.semantic_coverage */
 SELECT count(*) AS memories,
@@ -170,6 +176,12 @@ async def similarities(
     }
     rows = await conn.execute(RERANK_SQL, params)
     return {r.memory_id: float(r.similarity) for r in rows}
+
+
+async def any_vectors(conn: AsyncConnection, *, org_id: str, model: str) -> bool:
+    """Whether any memory of the org has vectors by ``model`` (of any revision): none, and
+    nothing by that model can be compared yet (:data:`ANY_VECTORS_SQL`)."""
+    return bool((await conn.execute(ANY_VECTORS_SQL, {"org": org_id, "model": model})).scalar())
 
 
 async def coverage(
