@@ -1131,12 +1131,15 @@ def server_env(extra: dict[str, str]) -> dict[str, str]:
     the folder holding the ``app`` package this process imported. The project is installed
     editable, so the ``sibyl-pg`` script imports the checkout it was installed from: a benchmark
     run from another checkout (an older tree, for a before/after pair) would otherwise measure
-    that one's server, not its own."""
+    that one's server, not its own. A served benchmark writes no vectors
+    (``SIBYL_EMBED_INTERVAL_S=0`` unless ``extra`` says otherwise): the embedding worker would
+    compete for the CPU with what is measured."""
     import app
 
     root = str(Path(app.__file__).resolve().parents[1])
     paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(paths)}
+    quiet = {"SIBYL_EMBED_INTERVAL_S": "0"}
+    return {**os.environ, **quiet, **extra, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def _mint_key(url: str, user: str) -> tuple[str, str]:
@@ -1395,15 +1398,18 @@ def measure_rest(
 
 
 @contextlib.contextmanager
-def serving(url: str, log_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``sibyl-pg serve`` on a free loopback port against the database ``url``, its output in
-    ``log_path``: (its base URL, its process) once ``/readyz`` answers 200 (``RuntimeError``
-    after 60 s); stopped (SIGINT, then SIGKILL after 15 s) on the way out."""
+def serving(
+    url: str, log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``sibyl-pg serve`` on a free loopback port against the database ``url`` (with ``env``
+    added to its environment), its output in ``log_path``: (its base URL, its process) once
+    ``/readyz`` answers 200 (``RuntimeError`` after 60 s); stopped (SIGINT, then SIGKILL after
+    15 s) on the way out."""
     port = _free_port()
     with log_path.open("w") as server_log:
         proc = subprocess.Popen(
             server_command(port),
-            env=server_env({"DATABASE_URL": url}),
+            env=server_env({**(env or {}), "DATABASE_URL": url}),
             stdout=server_log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -9,7 +9,8 @@
 2. **Exact for a restricted reader**: a key restricted to one project gets the semantic lane's
    answer as served (the lane alone: no lexical lane, no promotion, which adds a neighbour of a
    result by its edge), compared with the exact statement's (every readable vector compared).
-3. **One LoCoMo question end to end over REST** (lexical, the service's defaults): the five
+3. **One LoCoMo question end to end over REST** (lexical: the service's defaults with the
+   re-ranking off, ``SIBYL_SEARCH_RERANK=false``): the five
    conversations imported into the same database (their own org), ``sibyl-pg serve`` started,
    every question asked once in turn on one keep-alive connection; p50/p95 of the round trip.
 """
@@ -241,7 +242,8 @@ def measure_locomo_rest(url: str, folder: Path, log: Log, out_dir: Path) -> dict
     key_id, key = _mint_key(url, locomo.READER)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        with serving(url, out_dir / "server-locomo.log") as (base, _):
+        lexical = {"SIBYL_SEARCH_RERANK": "false"}  # the issue's figure is the lexical one
+        with serving(url, out_dir / "server-locomo.log", lexical) as (base, _):
             load_one = os.getloadavg()
             times: list[float] = []
             with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as http:

@@ -258,3 +258,13 @@ def test_the_served_server_runs_the_code_the_benchmark_imports(tmp_path):
     )
     assert mine.stdout.strip() == str(package / "__init__.py")
     assert server_command(8123)[:3] == [sys.executable, "-m", "app.cli"]
+
+
+def test_a_served_benchmark_writes_no_vectors_unless_told(monkeypatch):
+    """The embedding worker would compete for the CPU with what a benchmark measures: a served
+    benchmark's environment turns it off, unless the caller asks for it."""
+    from bench.run import server_env
+
+    monkeypatch.setenv("SIBYL_EMBED_INTERVAL_S", "10")
+    assert server_env({})["SIBYL_EMBED_INTERVAL_S"] == "0"
+    assert server_env({"SIBYL_EMBED_INTERVAL_S": "5"})["SIBYL_EMBED_INTERVAL_S"] == "5"
