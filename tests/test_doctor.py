@@ -465,3 +465,38 @@ async def test_text_case_says_whether_search_lower_cases_every_letter(engine, da
     assert c_locale.status == "warn"
     assert c_locale.facts == {"lc_ctype": "C", "unicode_lower": False}
     assert "ASCII letters only" in c_locale.summary and "C.UTF-8" in (c_locale.advice or "")
+
+
+async def test_the_vectors_check_says_why_search_cannot_re_rank_and_what_waits(engine, monkeypatch):
+    """This PostgreSQL 15 has no pgvector: the re-ranking (on by default) cannot run, and the
+    check says so and how to get it; with vectors usable, memories still due are an ``info``
+    with counts for the operator and without them for an org admin; all embedded, or the
+    re-ranking and the lane both off, is ``ok``."""
+    import dataclasses
+
+    from app.core import embedder as models
+    from app.service.doctor import Vectors, check_vectors, gather
+
+    monkeypatch.setattr(models, "available", lambda name: None)  # the extra, as if installed
+    facts = await gather(engine)
+    check = check_vectors(facts, detail=True)
+    assert check.status == "info" and "no pgvector" in check.summary
+    assert "CREATE EXTENSION vector" in (check.advice or "")
+
+    due = dataclasses.replace(facts, vectors=Vectors("minilm", None, 3, 10))
+    operator, admin = check_vectors(due, detail=True), check_vectors(due, detail=False)
+    assert operator.status == admin.status == "info"
+    assert "3 of 10 memories" in operator.summary and operator.facts["due"] == 3
+    assert "this org" in admin.summary and admin.facts == {"model": "minilm", "due": True}
+    assert "sibyl-pg embed" in (admin.advice or "")
+
+    done = dataclasses.replace(facts, vectors=Vectors("minilm", None, 0, 10))
+    assert check_vectors(done, detail=True).status == "ok"
+    monkeypatch.setenv("SIBYL_SEARCH_RERANK", "false")
+    get_settings.cache_clear()
+    try:
+        off = check_vectors(await gather(engine), detail=True)
+    finally:
+        monkeypatch.delenv("SIBYL_SEARCH_RERANK")
+        get_settings.cache_clear()
+    assert off.status == "ok" and "off" in off.summary

@@ -36,7 +36,8 @@ SELECT count(*) FILTER (WHERE s.memory_id IS NULL OR s.revision <> t.revision
        count(*) AS memories
 FROM entities t
 LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
-WHERE t.lifecycle <> 'retired'"""
+WHERE t.lifecycle <> 'retired'
+  AND (CAST(:orgs AS text[]) IS NULL OR t.org_id = ANY(CAST(:orgs AS text[])))"""
 )
 
 DOCUMENTS_SQL = text(
@@ -107,9 +108,11 @@ async def due(conn: AsyncConnection, *, model: str, batch: int) -> list[Due]:
     return [Due(r.org_id, r.id, int(r.revision)) for r in rows]
 
 
-async def due_count(conn: AsyncConnection, *, model: str) -> tuple[int, int]:
-    """(due memories, memories not retired)."""
-    row = (await conn.execute(DUE_COUNT_SQL, {"model": model})).one()
+async def due_count(
+    conn: AsyncConnection, *, model: str, orgs: list[str] | None = None
+) -> tuple[int, int]:
+    """(due memories, memories not retired) of ``orgs`` (None: every org)."""
+    row = (await conn.execute(DUE_COUNT_SQL, {"model": model, "orgs": orgs})).one()
     return int(row.due), int(row.memories)
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.db import read_tx
 from app.core.migrations import head_revision
@@ -112,6 +112,19 @@ class Facts:
     temp: repo.TempFiles
     search: repo.SearchStatistics | None = None  # of the orgs asked about (None: old schema)
     refresh_s: float = 0.0  # SIBYL_STATS_REFRESH_S as this process reads it
+    vectors: Vectors | None = None  # of the orgs asked about (None: neither stage is on)
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """Whether search's re-ranking and semantic lane can use vectors here: the model (``model``),
+    why it cannot run (``unavailable``: the extra missing, no pgvector; None: it can), and of the
+    orgs asked about, the memories whose vectors are missing or stale (``due``) of ``memories``."""
+
+    model: str
+    unavailable: str | None
+    due: int = 0
+    memories: int = 0
 
 
 # --- gathering -----------------------------------------------------------------------------------
@@ -136,6 +149,7 @@ async def gather(engine: AsyncEngine, *, orgs: list[str] | None = None) -> Facts
             indexes = await repo.indexes(conn)
             temp = await repo.temp_files(conn)
             search = await repo.search_statistics(conn, orgs=orgs)
+            vectors = await _vectors(conn, orgs)
         loadable: bool | None = None
         if not _preloaded(settings, "auto_explain"):
             loadable = await repo.library_loadable(plain, library="auto_explain")
@@ -152,7 +166,27 @@ async def gather(engine: AsyncEngine, *, orgs: list[str] | None = None) -> Facts
         temp=temp,
         search=search,
         refresh_s=get_settings().stats_refresh_s,
+        vectors=vectors,
     )
+
+
+async def _vectors(conn: AsyncConnection, orgs: list[str] | None) -> Vectors | None:
+    from app.core import embedder as models
+    from app.repo import embeddings
+    from app.repo.search.semantic import tables_present
+
+    s = get_settings()
+    if not (s.search_rerank or s.search_semantic):
+        return None
+    reason = models.available(s.embedder)
+    if reason is None and not await tables_present(conn):
+        reason = "the database server has no pgvector"
+    if reason is not None:
+        return Vectors(s.embedder, reason)
+    due, memories = await embeddings.due_count(
+        conn, model=models.embedder(s.embedder).name, orgs=orgs
+    )
+    return Vectors(s.embedder, None, due, memories)
 
 
 def _libraries(settings: dict[str, repo.Setting], name: str) -> list[str]:
@@ -711,6 +745,53 @@ def check_search_statistics(f: Facts, *, detail: bool) -> Check:
     )
 
 
+def check_vectors(f: Facts, *, detail: bool) -> Check:
+    """Whether search's re-ranking (on by default) and semantic lane can use vectors here, and
+    whether every memory has them. Without them search is lexical, still correct and leak-free
+    (``filters.rerank`` says why on every answer). Operators see the counts; an org admin
+    (``detail`` False) only whether their org's memories wait for vectors."""
+    v = f.vectors
+    if v is None:
+        return Check(
+            name="vectors", status="ok", summary="the re-ranking and the semantic lane are off"
+        )
+    if v.unavailable is not None:
+        return Check(
+            name="vectors",
+            status="info",
+            summary=f"search cannot re-rank by meaning here: {v.unavailable}",
+            advice="Search ranks lexically, correctly and without leaks, but the re-ranking "
+            "by meaning (docs/search.md) needs the `semantic` extra (pip install "
+            "'sibyl-pg[semantic]') and a server with pgvector (the embedded PostgreSQL 16 of "
+            "`make run` has it; on another server `CREATE EXTENSION vector`, then `sibyl-pg "
+            "semantic setup`). SIBYL_SEARCH_RERANK=false says it is not wanted.",
+            facts={"model": v.model, "unavailable": v.unavailable},
+        )
+    facts: dict[str, Any] = (
+        {"model": v.model, "due": v.due, "memories": v.memories}
+        if detail
+        else {"model": v.model, "due": v.due > 0}
+    )
+    if v.due:
+        who = f"{v.due:,} of {v.memories:,} memories" if detail else "memories of this org"
+        return Check(
+            name="vectors",
+            status="info",
+            summary=f"{who} wait for vectors by {v.model}",
+            advice="A serving process writes them in the background every "
+            "SIBYL_EMBED_INTERVAL_S seconds, on one thread; `sibyl-pg embed` writes them now. "
+            "Until the first memories of a search all have vectors, its order is the lexical "
+            "one (filters.rerank says so).",
+            facts=facts,
+        )
+    return Check(
+        name="vectors",
+        status="ok",
+        summary=f"every memory has vectors by {v.model}",
+        facts=facts,
+    )
+
+
 def judge(f: Facts, *, detail: bool) -> DoctorReport:
     """Every check over ``f``; ``detail`` False (org admins) leaves out sizes and row counts,
     and the checks measured over the tables every org shares (visibility, statistics, memory,
@@ -728,6 +809,7 @@ def judge(f: Facts, *, detail: bool) -> DoctorReport:
         check_autovacuum(f, detail=detail),
         *(shared[:2] if detail else []),
         check_search_statistics(f, detail=detail),
+        check_vectors(f, detail=detail),
         check_indexes(f),
         *(shared[2:] if detail else []),
         check_text_case(f),
