@@ -29,7 +29,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.repo.readrule import readable
-from app.repo.semantic_schema import AVAILABLE_SQL
 
 # The request's filters on a chunk's memory row `t` (a passage document: `passage` in the types
 # admits it whatever its memory's type).
@@ -51,6 +50,11 @@ SELECT n.doc_id, n.memory_id, n.type, n.distance
 FROM nearest n
 ORDER BY n.distance, n.doc_id
 LIMIT :k"""
+)
+
+TABLES_SQL = text(
+    """/* sibyl:search.semantic_tables */
+SELECT to_regclass('embeddings') IS NOT NULL AS tables"""
 )
 
 EF_SEARCH_SQL = text(
@@ -125,7 +129,7 @@ def vector_literal(vector: list[float]) -> str:
 
 async def tables_present(conn: AsyncConnection) -> bool:
     """Whether this database holds the semantic lane's tables."""
-    return bool((await conn.execute(AVAILABLE_SQL)).one().tables)
+    return bool((await conn.execute(TABLES_SQL)).scalar())
 
 
 async def nearest(
