@@ -196,6 +196,7 @@ async def measure_semantic(
                 types=None,
                 lifecycles=["active", "superseded"],
                 project=None,
+                model=HASHING,
             )
         served_ids = [r.id for r in served.results]
         exact_memories = list(dict.fromkeys(n.memory_id for n in exact))

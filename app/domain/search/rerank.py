@@ -12,9 +12,8 @@ the memory's current revision (its own document or a passage: ``sibyl:search.rer
 - Only the head's own vectors are read, under the read rule: no index, no other memory's
   vector, so what a reader may not read changes nothing in their order.
 - It runs where the model and pgvector are there and every memory of the head has vectors of its
-  current revision; otherwise the fused order stands and ``filters.rerank`` says why. An org
-  with no vector by the model at all is told from one cached look (``sibyl:search.any_vectors``),
-  before any query vector is made.
+  current revision by the model in use (``sibyl:search.rerank_ready``, before any query vector
+  is made); otherwise the fused order stands and ``filters.rerank`` says why.
 
 On by default (:attr:`SearchSettings.rerank`, ``SIBYL_SEARCH_RERANK``): it pays on the PEPs and
 on LoCoMo and costs nothing on the clean PEP set (``docs/eval.md``, the ablation table).
@@ -50,8 +49,9 @@ async def rerank(
     settings: SearchSettings,
 ) -> tuple[Folded, dict[str, Any]]:
     """``folded`` with its head re-ordered (see the module docstring), and the stage's report
-    for ``filters.rerank``: ``{"ran": bool, "reason"?: str, "top"?: int}``. One
-    ``sibyl:search.rerank`` statement when it runs."""
+    for ``filters.rerank``: ``{"ran": bool, "reason"?: str, "top"?: int}``. Statements:
+    ``sibyl:search.rerank_ready``, then ``sibyl:search.rerank`` when every head memory has
+    vectors."""
     if not settings.rerank:
         return folded, {"ran": False, "reason": "off"}
     head = folded[: settings.rerank_top]
@@ -62,21 +62,22 @@ async def rerank(
         return folded, {"ran": False, "reason": reason}
     model = settings.embedder
     name = models.embedder(model).name
+    ids = [r.memory_id for r, _ in head]
+    ready = await semantic_repo.with_vectors(
+        conn, reader_params=reader.params(), memory_ids=ids, model=name
+    )
+    missing = len(ids) - ready
     similarity: dict[str, float] = {}
-    if await semantic.org_has_vectors(conn, reader.org_id, name):
+    if not missing:
         vector = await semantic.query_vector(model, query.text)
         similarity = await semantic_repo.similarities(
-            conn,
-            reader_params=reader.params(),
-            vector=vector,
-            memory_ids=[r.memory_id for r, _ in head],
-            model=name,
+            conn, reader_params=reader.params(), vector=vector, memory_ids=ids, model=name
         )
-    missing = sum(1 for r, _ in head if r.memory_id not in similarity)
+        missing = sum(1 for i in ids if i not in similarity)  # one snapshot: none
     if missing:
         return folded, {
             "ran": False,
-            "reason": f"{missing} of the first {len(head)} memories have no vectors yet",
+            "reason": f"{missing} of the first {len(head)} memories have no vectors by {name} yet",
         }
     top_text = max((r.text_rank or 0.0) for r, _ in head)
     scored = [

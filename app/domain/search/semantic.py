@@ -65,27 +65,6 @@ async def unavailable(conn: AsyncConnection, settings: SearchSettings) -> str | 
     return None
 
 
-_org_vectors: dict[tuple[str, str], float] = {}
-
-
-async def org_has_vectors(conn: AsyncConnection, org_id: str, model: str) -> bool:
-    """Whether the org has any vector by ``model`` (``sibyl:search.any_vectors``): once it has,
-    remembered for the process; while it has none, asked again after :data:`COVERAGE_TTL_S`
-    seconds, so a search of an org never embedded costs no query vector."""
-    key = (org_id, model)
-    now = time.monotonic()
-    asked = _org_vectors.get(key)
-    if asked == float("inf"):
-        return True
-    if asked is not None and now - asked < COVERAGE_TTL_S:
-        return False
-    found = await semantic_repo.any_vectors(conn, org_id=org_id, model=model)
-    if len(_org_vectors) > 4096:
-        _org_vectors.clear()
-    _org_vectors[key] = float("inf") if found else now
-    return found
-
-
 @lru_cache(maxsize=256)
 def _encoded(model: str, text: str) -> tuple[float, ...]:
     return tuple(models.embedder(model).encode([text])[0])
@@ -170,6 +149,7 @@ async def lane(
         "types": filters.types,
         "lifecycles": filters.lifecycles,
         "project": filters.project,
+        "model": model.name,
     }
     ef = None
     if indexed:

@@ -1,7 +1,8 @@
 """``sibyl:search.semantic``: the semantic lane's statements (pgvector).
 
 **Exact** (``sibyl:search.semantic``): every chunk vector of every memory the reader may read
-that passes the request's filters (the read rule on the memory, its current revision only) is
+that passes the request's filters (the read rule on the memory, its current revision only, by
+the model in use) is
 compared with the query's vector by cosine distance; each document (a passage, or a memory's own
 document) keeps its nearest chunk; the ``:k`` nearest documents, then id. Rows the reader cannot
 read are never compared, so they change nothing the reader sees.
@@ -10,6 +11,10 @@ read are never compared, so they change nothing the reader sees.
 compare whole: the HNSW index's ``:ef`` nearest chunks of the org, then the read rule and the
 filters on their memories. When fewer than ``:k`` readable documents come back, the caller runs
 the exact statement instead (never a short page for a reader who sees little).
+
+**Ready** (``sibyl:search.rerank_ready``), for the re-ranking stage: how many of the named
+memories the reader may read have vectors of their current revision by the model in use (the
+stage makes a query vector only when all have).
 
 **Similarity** (``sibyl:search.rerank``), for the re-ranking stage: of each named memory the
 reader may read, the greatest cosine similarity between the query's vector and a chunk vector of
@@ -42,6 +47,9 @@ SEMANTIC_SQL = text(
 WITH nearest AS (  -- per readable document, its nearest chunk
     SELECT e.doc_id, e.memory_id, t.type, min(e.embedding <=> CAST(:vector AS vector)) AS distance
     FROM entities t
+    JOIN embedding_state s  -- vectors of the current revision, by the model in use
+      ON s.org_id = t.org_id AND s.memory_id = t.id AND s.revision = t.revision
+     AND s.model = :model
     JOIN embeddings e ON e.org_id = t.org_id AND e.memory_id = t.id AND e.revision = t.revision
     WHERE t.org_id = :r_org AND {readable("t")} AND {_DOC_FILTER}
     GROUP BY e.doc_id, e.memory_id, t.type
@@ -74,6 +82,9 @@ nearest AS (  -- those of readable memories passing the filters, per document it
     SELECT e.doc_id, e.memory_id, t.type, min(e.distance) AS distance
     FROM near e
     JOIN entities t ON t.org_id = :r_org AND t.id = e.memory_id AND t.revision = e.revision
+    JOIN embedding_state s
+      ON s.org_id = t.org_id AND s.memory_id = t.id AND s.revision = t.revision
+     AND s.model = :model
     WHERE {readable("t")} AND {_DOC_FILTER}
     GROUP BY e.doc_id, e.memory_id, t.type
 )
@@ -94,10 +105,13 @@ WHERE t.org_id = :r_org AND t.id = ANY(CAST(:ids AS text[])) AND {readable("t")}
 GROUP BY t.id"""
 )
 
-ANY_VECTORS_SQL = text(
-    """/* sibyl:search.any_vectors */
-SELECT EXISTS (SELECT 1 FROM embedding_state s WHERE s.org_id = :org AND s.model = :model)
-    AS any"""
+RERANK_READY_SQL = text(
+    f"""/* sibyl:search.rerank_ready */
+SELECT count(*) AS ready
+FROM entities t
+JOIN embedding_state s
+  ON s.org_id = t.org_id AND s.memory_id = t.id AND s.revision = t.revision AND s.model = :model
+WHERE t.org_id = :r_org AND t.id = ANY(CAST(:ids AS text[])) AND {readable("t")}"""
 )
 
 COVERAGE_SQL = text(
@@ -141,6 +155,7 @@ async def nearest(
     types: list[str] | None,
     lifecycles: list[str],
     project: str | None,
+    model: str,
     ef: int | None = None,
 ) -> list[Near]:
     """The ``k`` nearest readable documents: exactly (``ef`` None), or through the index's
@@ -152,6 +167,7 @@ async def nearest(
         "types": types,
         "lifecycles": lifecycles,
         "project": project,
+        "model": model,
     }
     if ef is None:
         rows = await conn.execute(SEMANTIC_SQL, params)
@@ -182,10 +198,13 @@ async def similarities(
     return {r.memory_id: float(r.similarity) for r in rows}
 
 
-async def any_vectors(conn: AsyncConnection, *, org_id: str, model: str) -> bool:
-    """Whether any memory of the org has vectors by ``model`` (of any revision): none, and
-    nothing by that model can be compared yet (:data:`ANY_VECTORS_SQL`)."""
-    return bool((await conn.execute(ANY_VECTORS_SQL, {"org": org_id, "model": model})).scalar())
+async def with_vectors(
+    conn: AsyncConnection, *, reader_params: dict[str, object], memory_ids: list[str], model: str
+) -> int:
+    """How many of ``memory_ids`` (the reader may read) have vectors of their current revision
+    by ``model`` (:data:`RERANK_READY_SQL`)."""
+    params = {**reader_params, "ids": memory_ids, "model": model}
+    return int((await conn.execute(RERANK_READY_SQL, params)).scalar_one())
 
 
 async def coverage(
