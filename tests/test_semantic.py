@@ -374,7 +374,7 @@ async def test_the_rerank_keeps_the_fused_order_until_every_head_memory_has_vect
     assert [r.id for r in got.results] == ["far", "near"]
     assert got.filters["rerank"] == {
         "ran": False,
-        "reason": "2 of the first 2 memories have no vectors yet",
+        "reason": "2 of the first 2 memories have no vectors by hashing yet",
     }
     assert "similarity" not in got.results[0].metadata["match"]
 
@@ -419,6 +419,9 @@ def test_the_rerank_is_on_by_default_and_the_environment_turns_it_off(monkeypatc
     assert search_settings(Settings()).rerank is True
     monkeypatch.setenv("SIBYL_SEARCH_RERANK", "false")
     assert search_settings(Settings()).rerank is False
+    monkeypatch.setenv("SIBYL_EMBEDDER", "minlm")  # a typo is refused at start, not ignored
+    with pytest.raises(ValueError, match="minilm"):
+        Settings()
 
 
 async def test_an_org_without_vectors_costs_no_query_vector(vec_engine, monkeypatch):
@@ -443,3 +446,124 @@ async def test_an_org_without_vectors_costs_no_query_vector(vec_engine, monkeypa
     after = await _ask(vec_engine, ann, "kelp forests cold water", settings)
     assert after.filters["rerank"]["ran"] is True and made == ["kelp forests cold water"]
     assert [r.id for r in after.results] == ["near", "far"]
+
+
+async def test_the_rerank_names_how_many_head_memories_wait_for_vectors(vec_engine):
+    """An edit makes one memory's vectors stale: the re-ranking waits for it, says how many of
+    the head wait, and makes no query vector; the worker's next pass lets it run again."""
+    sfx, org = secrets.token_hex(3), "org_rrp_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    await import_dicts(
+        vec_engine, [memory_record(org, sfx, "near", "Diary", "kelp forests cold water today")]
+    )
+    settings = RERANK.replace(rerank_weight=0.0)
+    stale = await _ask(vec_engine, ann, "kelp forests cold water", settings)
+    assert stale.filters["rerank"] == {
+        "ran": False,
+        "reason": "1 of the first 2 memories have no vectors by hashing yet",
+    }
+    await embed_due(vec_engine, model_name=models.HASHING)
+    again = await _ask(vec_engine, ann, "kelp forests cold water", settings)
+    assert again.filters["rerank"]["ran"] is True
+
+
+@pytest.mark.skipif(
+    models.available(models.MINILM) is not None, reason="the semantic extra is not installed"
+)
+async def test_vectors_of_another_model_are_never_compared(vec_engine):
+    """Vectors written by one model are not compared with a query vector of another: the lane
+    finds nothing and the re-ranking waits, as if the memories had no vectors."""
+    sfx, org = secrets.token_hex(3), "org_rrm_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))  # hashing vectors only
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    lane = await _ask(
+        vec_engine, ann, "kelp forests cold water", HASHING.replace(embedder=models.MINILM)
+    )
+    assert lane.results == [] and lane.filters["lanes"]["semantic"]["ran"] is True
+    rerank = await _ask(vec_engine, ann, "kelp forests", SearchSettings(rerank=True))
+    assert rerank.filters["rerank"]["reason"] == (
+        "2 of the first 2 memories have no vectors by minilm yet"
+    )
+
+
+class _BatchDependent:
+    """A stand-in model whose vectors move with the size of the batch they are made in, as a
+    real model's do in the last digits (padding)."""
+
+    name = models.HASHING
+
+    def encode(self, texts):
+        base = models.embedder(models.HASHING).encode(texts)
+        return [[x + 1e-3 * len(texts) for x in v] for v in base]
+
+
+async def test_a_memorys_vectors_do_not_depend_on_what_else_was_due(vec_engine):
+    """Each memory's chunks are encoded apart from other memories', so what else was due at
+    the same time (another reader's hidden memories) never moves its vectors."""
+    stored = {}
+    for others in (0, 5):
+        sfx, org = secrets.token_hex(3), "org_rrb_" + secrets.token_hex(4)
+        records = [
+            *org_records(org, sfx, {"ann": "member"}),
+            memory_record(org, sfx, "mine", "Mine", "kelp forests\n\ncold water"),
+        ]
+        records += [
+            memory_record(org, sfx, f"o_{i}", "Other", "coral reefs\n\nwarm seas\n\ntides")
+            for i in range(others)
+        ]
+        await import_dicts(vec_engine, records)
+        await embed_due(vec_engine, model_name=models.HASHING, model=_BatchDependent())
+        async with vec_engine.connect() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT chunk, embedding::text AS v FROM embeddings"
+                    " WHERE org_id = :org AND memory_id = 'mine' ORDER BY chunk"
+                ),
+                {"org": org},
+            )
+            stored[others] = [(r.chunk, r.v) for r in rows]
+    assert len(stored[0]) == 2 and stored[0] == stored[5]  # the name, the body
+
+
+async def test_the_query_model_is_loaded_before_the_service_is_ready(vec_engine, engine):
+    """Where vectors can be used the model is loaded at start, not by the first searches;
+    where they cannot (no pgvector) it is not loaded at all."""
+    from app.service.workers.embeddings import warm_query_model
+
+    assert await warm_query_model(vec_engine, models.HASHING) is True
+    assert await warm_query_model(engine, models.HASHING) is False
+
+
+def test_embed_refuses_while_another_embedder_writes(pg16, monkeypatch):
+    """Two embedders would store the same memories' rows (the second failed on the primary
+    key): ``sibyl-pg embed`` takes the worker's lock and, while another holds it, says so and
+    exits 1 without writing."""
+    import asyncio
+
+    import asyncpg
+    from typer.testing import CliRunner
+
+    from app.cli.main import cli
+    from app.core.settings import get_settings
+
+    async def hold_and_run() -> tuple[int, str]:
+        holder = await asyncpg.connect(pg16.url)
+        try:
+            held = await holder.fetchval(
+                "SELECT pg_try_advisory_lock(hashtext('sibyl-pg'), hashtext('embeddings.worker'))"
+            )
+            assert held
+            monkeypatch.setenv("DATABASE_URL", pg16.url)
+            get_settings.cache_clear()
+            ran = await asyncio.to_thread(
+                CliRunner().invoke, cli, ["embed", "--model", models.HASHING]
+            )
+            return ran.exit_code, ran.output
+        finally:
+            await holder.close()
+            get_settings.cache_clear()
+
+    code, output = asyncio.run(hold_and_run())
+    assert code == 1, output
+    assert "another embedder is writing vectors now" in output

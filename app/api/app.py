@@ -73,6 +73,8 @@ def create_app(
                         s.embedder,
                     )
                 )
+                if s.search_semantic or s.search_rerank:  # before /readyz says ready
+                    await embeddings.warm_query_model(app.state.engine, s.embedder)
                 # communities retired by writes rebuilt (app/service/workers/communities.py)
                 await stack.enter_async_context(
                     community_refresher.lifespan(

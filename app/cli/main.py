@@ -468,26 +468,30 @@ def embed(
     from app.core.embedder import EmbedderUnavailable
     from app.repo import embeddings as embeddings_repo
     from app.repo.search.semantic import tables_present
-    from app.service.workers.embeddings import embed_due
+    from app.service.workers.embeddings import TICK_LOCK, embed_due
+    from app.service.workers.tick import session_lock
 
     name = model or get_settings().embedder
 
-    async def go() -> int:
+    async def go() -> int | None:
         engine = make_engine()
         try:
-            async with engine.connect() as conn:
-                if not await tables_present(conn):
-                    raise EmbedderUnavailable("the database server has no pgvector")
-                due, _ = await embeddings_repo.due_count(conn, model=name)
-            with progress("embedding memories", due) as advance:
-                seen = 0
+            async with engine.connect() as lock_conn, session_lock(lock_conn, TICK_LOCK) as held:
+                if not held:  # one embedder at a time: two would store the same rows
+                    return None
+                async with engine.connect() as conn:
+                    if not await tables_present(conn):
+                        raise EmbedderUnavailable("the database server has no pgvector")
+                    due, _ = await embeddings_repo.due_count(conn, model=name)
+                with progress("embedding memories", due) as advance:
+                    seen = 0
 
-                def step_done(done: int, _total: int) -> None:
-                    nonlocal seen
-                    advance(done - seen)
-                    seen = done
+                    def step_done(done: int, _total: int) -> None:
+                        nonlocal seen
+                        advance(done - seen)
+                        seen = done
 
-                return await embed_due(engine, model_name=name, progress=step_done)
+                    return await embed_due(engine, model_name=name, progress=step_done)
         finally:
             await engine.dispose()
 
@@ -495,6 +499,13 @@ def embed(
         done = asyncio.run(go())
     except EmbedderUnavailable as exc:
         raise _err(f"the semantic lane cannot run here: {exc}", 2) from None
+    if done is None:
+        raise _err(
+            "another embedder is writing vectors now (a serving process's worker or another "
+            "`sibyl-pg embed`): it writes every due memory; `sibyl-pg doctor` shows how many "
+            "are left",
+            1,
+        )
     typer.echo(f"{done} memories embedded with {name}", err=True)
 
 

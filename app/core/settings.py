@@ -134,7 +134,7 @@ class Settings(BaseSettings):
     search_candidate_cap: int = Field(default=200, ge=1, le=100_000)
     search_semantic: bool = False
     search_rerank: bool = True
-    embedder: str = "minilm"
+    embedder: Literal["minilm", "hashing"] = "minilm"
     embed_interval_s: float = Field(default=10.0, ge=0, le=86_400, allow_inf_nan=False)
     statement_timeout_ms: int = Field(default=2000, ge=10, le=600_000)
     write_lock_wait_ms: int = Field(default=30_000, ge=0, le=600_000)

@@ -72,17 +72,22 @@ async def embed_due(
             docs = await repo.documents(conn, memories)
         if not memories:
             return done
-        texts: list[str] = []
-        # (org, memory, doc, chunk) of each text: a memory id is unique within its org only
-        where: list[tuple[tuple[str, str], str, int]] = []
+        # per memory (org, memory: a memory id is unique within its org only), each chunk's
+        # (doc, chunk number, text)
+        pieces: dict[tuple[str, str], list[tuple[str, int, str]]] = {}
         for d in docs:
             for n, piece in enumerate(document_chunks(d)):
-                texts.append(piece)
-                where.append(((d.org_id, d.memory_id), d.doc_id, n))
-        vectors = await asyncio.to_thread(model.encode, texts)
+                pieces.setdefault((d.org_id, d.memory_id), []).append((d.doc_id, n, piece))
         by_memory: dict[tuple[str, str], list[tuple[str, int, list[float]]]] = {}
-        for (memory, doc, n), v in zip(where, vectors, strict=True):
-            by_memory.setdefault(memory, []).append((doc, n, v))
+        for memory, chunked in pieces.items():
+            # one memory's chunks are encoded together, apart from any other memory's: a
+            # model's batch (its padding) moves a vector in the last float digits, so a
+            # memory's vectors then depend on its own text only, never on a memory a reader
+            # may not read that was due at the same time
+            vectors = await asyncio.to_thread(model.encode, [text for _, _, text in chunked])
+            by_memory[memory] = [
+                (doc, n, v) for (doc, n, _), v in zip(chunked, vectors, strict=True)
+            ]
         async with engine.begin() as conn:
             for m in memories:
                 await repo.store(
@@ -94,6 +99,25 @@ async def embed_due(
         done += len(memories)
         if progress is not None:
             progress(done, max(total, done))
+
+
+async def warm_query_model(engine: AsyncEngine, model_name: str) -> bool:
+    """Load the model that makes search's query vectors, where they can be used here (the
+    model can run, the database holds the tables), before the service says it is ready: loading
+    takes seconds, and the first searches would otherwise wait for it holding their pooled
+    connections (a burst of them then found the pool exhausted). Returns whether it loaded; a
+    database that cannot be asked now leaves it to the first search."""
+    if models.available(model_name) is not None:
+        return False
+    try:
+        async with engine.connect() as conn:
+            if not await semantic_repo.tables_present(conn):
+                return False
+    except Exception as exc:  # start-up goes on: /readyz tells of the database
+        log.warning("query model not loaded at start (the database did not answer): %s", exc)
+        return False
+    await asyncio.to_thread(models.embedder(model_name).encode, ["ready"])
+    return True
 
 
 class EmbeddingWorker(OwnEngine):
