@@ -115,7 +115,7 @@ and echoed: limit {policy.SEARCH_LIMIT.low}-{policy.SEARCH_LIMIT.high} (default 
 content_max_chars {policy.PREVIEW_CHARS.low}-{policy.PREVIEW_CHARS.high} (default \
 {policy.PREVIEW_CHARS.default}). One row per memory; `metadata.focus` names the span to \
 `fetch_slice`; cite a passage's `parent_entity_id`. `filters.candidates_capped`: a bound cut \
-candidates."""
+candidates; `filters.rerank`: whether the first 20 were re-ranked by meaning."""
 
 CONTEXT = f"""The pack of what the memory holds about a goal: the one call for "what do we \
 know about X". Items by facet with a reason and `related` ids; read `markdown` for their text. \
