@@ -44,11 +44,14 @@ HIDDEN = ADMIN_HIDDEN
 # statistics), sibyl:search.fulltext and sibyl:search.exact (the lexical lanes),
 # sibyl:search.spans (best spans: re-ranking and focus; skipped when nothing matched),
 # sibyl:search.promote (skipped when nothing matched), sibyl:search.hits (skipped for an empty
-# page); with the semantic lane on: sibyl:semantic.available, sibyl:search.semantic_coverage,
-# sibyl:search.semantic or sibyl:search.semantic_ef with sibyl:search.semantic_index.
-STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 11}
+# page); with the re-ranking (on by default) or the semantic lane: sibyl:search.semantic_tables
+# (at most every 30 s per process while the tables are missing, once while they are there); the
+# re-ranking: sibyl:search.rerank_ready, then sibyl:search.rerank when the head has vectors; the
+# semantic lane: sibyl:search.semantic_coverage, sibyl:search.semantic or
+# sibyl:search.semantic_ef with sibyl:search.semantic_index.
+STATEMENT_SHAPES = {"expand": 2, "slice": 2, "search": 14}
 SEARCH_LEXICAL_SHAPES = 6
-"""Of search's shapes, those it sends with the semantic lane off (the default)."""
+"""Of search's shapes, those it sends where vectors cannot be used (the tables' look aside)."""
 
 
 @dataclass(frozen=True)
