@@ -483,12 +483,14 @@ async def test_the_vectors_check_says_why_search_cannot_re_rank_and_what_waits(e
     assert check.status == "info" and "no pgvector" in check.summary
     assert "CREATE EXTENSION vector" in (check.advice or "")
 
-    due = dataclasses.replace(facts, vectors=Vectors("minilm", None, 3, 10))
+    due = dataclasses.replace(facts, vectors=Vectors("minilm", None, 3, 10, 10.0))
     operator, admin = check_vectors(due, detail=True), check_vectors(due, detail=False)
     assert operator.status == admin.status == "info"
     assert "3 of 10 memories" in operator.summary and operator.facts["due"] == 3
     assert "this org" in admin.summary and admin.facts == {"model": "minilm", "due": True}
-    assert "sibyl-pg embed" in (admin.advice or "")
+    assert "sibyl-pg embed" in (admin.advice or "") and "every 10 s" in (admin.advice or "")
+    never = dataclasses.replace(facts, vectors=Vectors("minilm", None, 3, 10, 0.0))
+    assert "no serving process writes them" in (check_vectors(never, detail=True).advice or "")
 
     done = dataclasses.replace(facts, vectors=Vectors("minilm", None, 0, 10))
     assert check_vectors(done, detail=True).status == "ok"

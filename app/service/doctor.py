@@ -125,6 +125,7 @@ class Vectors:
     unavailable: str | None
     due: int = 0
     memories: int = 0
+    interval_s: float = 0.0  # SIBYL_EMBED_INTERVAL_S as this process reads it
 
 
 # --- gathering -----------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ async def _vectors(conn: AsyncConnection, orgs: list[str] | None) -> Vectors | N
     due, memories = await embeddings.due_count(
         conn, model=models.embedder(s.embedder).name, orgs=orgs
     )
-    return Vectors(s.embedder, None, due, memories)
+    return Vectors(s.embedder, None, due, memories, s.embed_interval_s)
 
 
 def _libraries(settings: dict[str, repo.Setting], name: str) -> list[str]:
@@ -778,10 +779,15 @@ def check_vectors(f: Facts, *, detail: bool) -> Check:
             name="vectors",
             status="info",
             summary=f"{who} wait for vectors by {v.model}",
-            advice="A serving process writes them in the background every "
-            "SIBYL_EMBED_INTERVAL_S seconds, on one thread; `sibyl-pg embed` writes them now. "
-            "Until the first memories of a search all have vectors, its order is the lexical "
-            "one (filters.rerank says so).",
+            advice=(
+                "A serving process writes them in the background every "
+                f"{v.interval_s:g} s (SIBYL_EMBED_INTERVAL_S), on one thread; "
+                if v.interval_s > 0
+                else "SIBYL_EMBED_INTERVAL_S is 0 in this environment: no serving process writes "
+                "them; "
+            )
+            + "`sibyl-pg embed` writes them now. Until the first memories of a search all have "
+            "vectors, its order is the lexical one (filters.rerank says so).",
             facts=facts,
         )
     return Check(

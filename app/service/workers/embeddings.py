@@ -116,7 +116,10 @@ async def warm_query_model(engine: AsyncEngine, model_name: str) -> bool:
     except Exception as exc:  # start-up goes on: /readyz tells of the database
         log.warning("query model not loaded at start (the database did not answer): %s", exc)
         return False
-    await asyncio.to_thread(models.embedder(model_name).encode, ["ready"])
+    model = models.embedder(model_name)
+    # a few lengths: the first vector of each new length of text is several times slower
+    for words in (1, 8, 24, 64):
+        await asyncio.to_thread(model.encode, [" ".join(["ready"] * words)])
     return True
 
 
