@@ -567,3 +567,13 @@ def test_embed_refuses_while_another_embedder_writes(pg16, monkeypatch):
     code, output = asyncio.run(hold_and_run())
     assert code == 1, output
     assert "another embedder is writing vectors now" in output
+
+
+@pytest.mark.skipif(
+    models.available(models.MINILM) is not None, reason="the semantic extra is not installed"
+)
+def test_query_vectors_and_the_worker_share_one_copy_of_the_model():
+    """A serving process held two copies (the worker asked for one thread, the query path for
+    none): one instance per model, whatever the thread count asked later."""
+    assert models.embedder(models.MINILM, 1) is models.embedder(models.MINILM)
+    assert models.embedder(models.HASHING) is models.embedder(models.HASHING, 1)

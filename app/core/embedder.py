@@ -126,11 +126,21 @@ def available(name: str) -> str | None:
     return None
 
 
-@lru_cache(maxsize=4)
+_instances: dict[str, Embedder] = {}
+_instances_lock = threading.Lock()
+
+
 def embedder(name: str, threads: int | None = None) -> Embedder:
-    """The embedder ``name`` (one instance per process); :class:`EmbedderUnavailable` when it
-    cannot run here."""
+    """The embedder ``name``: one instance per process and model (a serving process's query
+    vectors and its worker share one copy of the model); ``threads``: the CPU threads it runs
+    on, taken from the first call that makes the instance (a serving process asks for one at
+    start). :class:`EmbedderUnavailable` when it cannot run here."""
     reason = available(name)
     if reason is not None:
         raise EmbedderUnavailable(reason)
-    return HashingEmbedder() if name == HASHING else MiniLMEmbedder(threads)
+    with _instances_lock:
+        made = _instances.get(name)
+        if made is None:
+            made = HashingEmbedder() if name == HASHING else MiniLMEmbedder(threads)
+            _instances[name] = made
+        return made

@@ -102,8 +102,9 @@ async def embed_due(
 
 
 async def warm_query_model(engine: AsyncEngine, model_name: str) -> bool:
-    """Load the model that makes search's query vectors, where they can be used here (the
-    model can run, the database holds the tables), before the service says it is ready: loading
+    """Load the model that makes search's query vectors and the worker's (one copy, on one
+    thread), where they can be used here (the model can run, the database holds the tables),
+    before the service says it is ready: loading
     takes seconds, and the first searches would otherwise wait for it holding their pooled
     connections (a burst of them then found the pool exhausted). Returns whether it loaded; a
     database that cannot be asked now leaves it to the first search."""
@@ -116,7 +117,7 @@ async def warm_query_model(engine: AsyncEngine, model_name: str) -> bool:
     except Exception as exc:  # start-up goes on: /readyz tells of the database
         log.warning("query model not loaded at start (the database did not answer): %s", exc)
         return False
-    model = models.embedder(model_name)
+    model = models.embedder(model_name, threads=1)  # as the worker: requests keep the others
     # a few lengths: the first vector of each new length of text is several times slower
     for words in (1, 8, 24, 64):
         await asyncio.to_thread(model.encode, [" ".join(["ready"] * words)])
