@@ -467,7 +467,7 @@ def embed(
     the background. Needs the ``semantic`` extra and pgvector on the server."""
     from app.core.embedder import EmbedderUnavailable
     from app.repo import embeddings as embeddings_repo
-    from app.repo.search.semantic import tables_present
+    from app.repo.search.semantic import NO_PGVECTOR, tables_present
     from app.service.workers.embeddings import TICK_LOCK, embed_due
     from app.service.workers.tick import session_lock
 
@@ -481,7 +481,7 @@ def embed(
                     return None
                 async with engine.connect() as conn:
                     if not await tables_present(conn):
-                        raise EmbedderUnavailable("the database server has no pgvector")
+                        raise EmbedderUnavailable(NO_PGVECTOR)
                     due, _ = await embeddings_repo.due_count(conn, model=name)
                 with progress("embedding memories", due) as advance:
                     seen = 0

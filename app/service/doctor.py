@@ -173,15 +173,13 @@ async def gather(engine: AsyncEngine, *, orgs: list[str] | None = None) -> Facts
 
 async def _vectors(conn: AsyncConnection, orgs: list[str] | None) -> Vectors | None:
     from app.core import embedder as models
+    from app.domain.search.semantic import unavailable
     from app.repo import embeddings
-    from app.repo.search.semantic import tables_present
 
     s = get_settings()
     if not (s.search_rerank or s.search_semantic):
         return None
-    reason = models.available(s.embedder)
-    if reason is None and not await tables_present(conn):
-        reason = "the database server has no pgvector"
+    reason = await unavailable(conn, s.embedder, fresh=True)
     if reason is not None:
         return Vectors(s.embedder, reason)
     due, memories = await embeddings.due_count(

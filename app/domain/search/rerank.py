@@ -57,7 +57,7 @@ async def rerank(
     head = folded[: settings.rerank_top]
     if len(head) < 2:
         return folded, {"ran": False, "reason": "fewer than two candidates"}
-    reason = await semantic.unavailable(conn, settings)
+    reason = await semantic.unavailable(conn, settings.embedder)
     if reason is not None:
         return folded, {"ran": False, "reason": reason}
     model = settings.embedder

@@ -54,15 +54,15 @@ async def _tables_present(conn: AsyncConnection) -> bool:
     return known[1]
 
 
-async def unavailable(conn: AsyncConnection, settings: SearchSettings) -> str | None:
-    """None when vectors of :attr:`SearchSettings.embedder` can be used here (the model runs,
-    the database holds the lane's tables), else why not, as ``filters`` says it."""
-    reason = models.available(settings.embedder)
+async def unavailable(conn: AsyncConnection, embedder: str, *, fresh: bool = False) -> str | None:
+    """None when vectors of the model ``embedder`` can be used here (the model runs, the
+    database holds the lane's tables), else why not, as ``filters`` and ``doctor`` say it.
+    ``fresh``: ask the database now, not the per-process answer a search uses."""
+    reason = models.available(embedder)
     if reason is not None:
         return reason
-    if not await _tables_present(conn):
-        return "the database server has no pgvector"
-    return None
+    present = await (semantic_repo.tables_present(conn) if fresh else _tables_present(conn))
+    return None if present else semantic_repo.NO_PGVECTOR
 
 
 @lru_cache(maxsize=256)
@@ -130,7 +130,7 @@ async def lane(
     by the counts (None: unknown, the exact path)."""
     if not settings.semantic:
         return None, {"ran": False, "reason": "off"}
-    reason = await unavailable(conn, settings)
+    reason = await unavailable(conn, settings.embedder)
     if reason is not None:
         return None, {"ran": False, "reason": reason}
     model = models.embedder(settings.embedder)

@@ -141,6 +141,11 @@ def vector_literal(vector: list[float]) -> str:
     return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
 
 
+NO_PGVECTOR = "the database server has no pgvector"
+"""Why vectors cannot be used where :func:`tables_present` is false (as answers and errors say
+it)."""
+
+
 async def tables_present(conn: AsyncConnection) -> bool:
     """Whether this database holds the semantic lane's tables."""
     return bool((await conn.execute(TABLES_SQL)).scalar())

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core import embedder as models
 from app.domain.chunks import chunks
+from app.domain.search.semantic import unavailable
 from app.repo import embeddings as repo
 from app.repo.search import semantic as semantic_repo
 from app.service.workers.tick import OwnEngine, background, run_every, session_lock
@@ -63,7 +64,7 @@ async def embed_due(
     model = model or models.embedder(model_name, threads)
     async with engine.connect() as conn:
         if not await semantic_repo.tables_present(conn):
-            raise models.EmbedderUnavailable("the database server has no pgvector")
+            raise models.EmbedderUnavailable(semantic_repo.NO_PGVECTOR)
         total, _ = await repo.due_count(conn, model=model.name)
     done = 0
     while True:
@@ -104,15 +105,15 @@ async def embed_due(
 async def warm_query_model(engine: AsyncEngine, model_name: str) -> bool:
     """Load the model that makes search's query vectors and the worker's (one copy, on one
     thread), where they can be used here (the model can run, the database holds the tables),
-    before the service says it is ready: loading
-    takes seconds, and the first searches would otherwise wait for it holding their pooled
-    connections (a burst of them then found the pool exhausted). Returns whether it loaded; a
-    database that cannot be asked now leaves it to the first search."""
-    if models.available(model_name) is not None:
+    before the service says it is ready: loading takes seconds, and the first searches would
+    otherwise wait for it holding their pooled connections (a burst of them then found the pool
+    exhausted). Returns whether it loaded; a database that cannot be asked now leaves it to the
+    first search."""
+    if models.available(model_name) is not None:  # no database needed to know
         return False
     try:
         async with engine.connect() as conn:
-            if not await semantic_repo.tables_present(conn):
+            if await unavailable(conn, model_name, fresh=True) is not None:
                 return False
     except Exception as exc:  # start-up goes on: /readyz tells of the database
         log.warning("query model not loaded at start (the database did not answer): %s", exc)
