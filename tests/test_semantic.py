@@ -27,12 +27,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core import embedder as models
 from app.core.db import make_engine, read_tx
+from app.core.errors import Unauthorized
 from app.core.migrations import upgrade
+from app.core.settings import Settings
 from app.domain.schemas import SearchRequest, SearchResponse
 from app.domain.search import SearchSettings, search
 from app.domain.search import semantic as semantic_lane
 from app.repo import term_stats
 from app.repo.readers import reader_by_key
+from app.service.search import search_for_key
 from app.service.workers.embeddings import embed_due
 from tests.builders import import_dicts, make_key, memory_record, org_records
 from tests.pgtemp import ThrowawayPostgres
@@ -577,3 +580,111 @@ def test_query_vectors_and_the_worker_share_one_copy_of_the_model():
     none): one instance per model, whatever the thread count asked later."""
     assert models.embedder(models.MINILM, 1) is models.embedder(models.MINILM)
     assert models.embedder(models.HASHING) is models.embedder(models.HASHING, 1)
+
+
+def _watch_encodes(monkeypatch: pytest.MonkeyPatch, engine: AsyncEngine) -> list[tuple[str, int]]:
+    """Each text the hashing model encodes from now on, with the number of ``engine``'s pooled
+    connections checked out at that moment."""
+    model = models.embedder(models.HASHING)
+    real = model.encode
+    seen: list[tuple[str, int]] = []
+
+    def encode(texts):  # type: ignore[no-untyped-def]
+        seen.extend((t, engine.pool.checkedout()) for t in texts)  # type: ignore[attr-defined]
+        return real(texts)
+
+    monkeypatch.setattr(model, "encode", encode)
+    return seen
+
+
+async def _started(engine: AsyncEngine) -> None:
+    """What the service does at start where vectors can be used: load the model, and note that
+    the database holds the lane's tables."""
+    from app.service.workers.embeddings import warm_query_model
+
+    assert await warm_query_model(engine, models.HASHING)
+
+
+SERVICE = Settings(embedder=models.HASHING, search_rerank=True)
+"""The service's settings with the hashing model: the re-ranking on, the semantic lane off."""
+
+
+async def test_the_query_vector_is_made_before_the_search_holds_a_connection(
+    vec_engine, monkeypatch
+):
+    """A burst of searches once held every pooled connection while their query vectors waited
+    for the CPU: the vector is now made after the key is checked and before the search's
+    transaction, once, and the search's re-ranking uses it."""
+    sfx, org = secrets.token_hex(3), "org_rra_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    await _started(vec_engine)
+    seen = _watch_encodes(monkeypatch, vec_engine)
+    query = f"kelp forests cold water {sfx}"
+    got = await search_for_key(vec_engine, ann, SearchRequest(query=query), SERVICE)
+    assert got.filters["rerank"] == {"ran": True, "top": 2}
+    assert all("similarity" in r.metadata["match"] for r in got.results)
+    assert seen == [(query, 0)]  # made once, with no connection held
+
+
+async def test_a_key_that_does_not_authenticate_buys_no_query_vector(vec_engine, monkeypatch):
+    """Only an authenticated key's search makes a vector: an unknown key is refused (401) before
+    the model runs, as a search without the step refuses it."""
+    await _started(vec_engine)
+    seen = _watch_encodes(monkeypatch, vec_engine)
+    request = SearchRequest(query="kelp forests cold water " + secrets.token_hex(3))
+    with pytest.raises(Unauthorized):
+        await search_for_key(vec_engine, "sk_" + secrets.token_hex(16), request, SERVICE)
+    with pytest.raises(Unauthorized):
+        await search_for_key(vec_engine, None, request, SERVICE)
+    assert seen == []
+
+
+async def test_an_org_short_of_vectors_gets_no_query_vector_ahead(vec_engine, monkeypatch):
+    """While the worker has not written an org's vectors, its searches make no vector ahead
+    (the re-ranking would not use it); once a search re-ranks again, they do."""
+    sfx, org = secrets.token_hex(3), "org_rrs_" + secrets.token_hex(4)
+    await import_dicts(vec_engine, _near_and_far(org, sfx))  # no vectors yet
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    await _started(vec_engine)
+    seen = _watch_encodes(monkeypatch, vec_engine)
+    first = await search_for_key(vec_engine, ann, SearchRequest(query=f"kelp {sfx}"), SERVICE)
+    assert first.filters["rerank"]["ran"] is False
+    assert len(seen) == 1  # the org was not known to be short: one vector made ahead, unused
+    second = await search_for_key(vec_engine, ann, SearchRequest(query=f"cold {sfx}"), SERVICE)
+    assert second.filters["rerank"]["ran"] is False and len(seen) == 1
+    await embed_due(vec_engine, model_name=models.HASHING)
+    seen.clear()
+    third = await search_for_key(vec_engine, ann, SearchRequest(query=f"water {sfx}"), SERVICE)
+    assert third.filters["rerank"]["ran"] is True
+    assert [c for _, c in seen] == [1]  # made inside the search's transaction, which re-ranked
+    fourth = await search_for_key(vec_engine, ann, SearchRequest(query=f"forests {sfx}"), SERVICE)
+    assert fourth.filters["rerank"]["ran"] is True
+    assert [c for _, c in seen] == [1, 0]  # and ahead again
+
+
+async def test_without_pgvector_a_search_is_one_snapshot_and_makes_no_vector(engine, monkeypatch):
+    """Where vectors cannot be used, the step ahead does nothing: no second snapshot (the key is
+    checked once) and no vector."""
+    from sqlalchemy import event
+
+    from app.service.workers.embeddings import warm_query_model
+
+    sfx, org = secrets.token_hex(3), "org_rr1_" + secrets.token_hex(4)
+    await import_dicts(engine, _near_and_far(org, sfx))
+    ann = await make_key(engine, f"user_ann_{sfx}")
+    assert await warm_query_model(engine, models.HASHING) is False  # no pgvector: known
+    seen = _watch_encodes(monkeypatch, engine)
+    sent: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        sent.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        got = await search_for_key(engine, ann, SearchRequest(query=f"kelp {sfx}"), SERVICE)
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert got.results and got.filters["rerank"]["ran"] is False
+    assert sum(s.startswith("/* sibyl:reader.by_key */") for s in sent) == 1
+    assert seen == []

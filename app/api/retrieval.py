@@ -1,9 +1,10 @@
 """REST routes of the first round of the loop: ``search`` and ``context`` (rules: search-lanes,
 same-verbs-both-surfaces).
 
-Thin translations of HTTP to :func:`app.domain.search.search` and
-:func:`app.domain.context.context_pack`, run through :func:`app.service.session.run_read` like
-every read verb (one authenticated, read-only snapshot). ``POST /api/search`` is its own path:
+Thin translations of HTTP to :func:`app.service.search.search_for_key` (the query's vector
+first, then :func:`app.domain.search.search`) and :func:`app.domain.context.context_pack`, each
+run through :func:`app.service.session.run_read` like every read verb (one authenticated,
+read-only snapshot). ``POST /api/search`` is its own path:
 the traversal verbs live under it (``/api/search/expand``, ``/api/search/slice``) and do not
 collide with it.
 """
@@ -18,7 +19,7 @@ from app.api.routes import ERRORS, Credentials
 from app.core.reader import Reader
 from app.domain.context import context_pack
 from app.domain.schemas import ContextRequest, ContextResponse, SearchRequest, SearchResponse
-from app.domain.search import search as search_verb
+from app.service.search import search_for_key
 from app.service.session import run_read
 
 _ERRORS = {code: spec for code, spec in ERRORS.items() if code != 404}
@@ -60,10 +61,9 @@ async def search(body: SearchRequest, request: Request, credentials: Credentials
     that does not exist (no results).
     """
 
-    async def verb(conn: AsyncConnection, reader: Reader) -> SearchResponse:
-        return await search_verb(conn, reader, body, settings=request.app.state.settings)
-
-    return await run_read(_engine(request), _key(credentials), verb)
+    return await search_for_key(
+        _engine(request), _key(credentials), body, request.app.state.settings
+    )
 
 
 @router.post("/context/pack", response_model=ContextResponse)

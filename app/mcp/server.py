@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult
 from pydantic import StrictBool, StrictInt, StrictStr
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core import policy
 from app.core.reader import Reader
@@ -46,7 +46,6 @@ from app.domain.schemas import (
     SliceRequest,
     SliceResponse,
 )
-from app.domain.search import search as search_verb
 from app.domain.slice import fetch_slice as slice_verb
 from app.mcp.toolkit import (
     EngineProvider,
@@ -60,6 +59,7 @@ from app.mcp.toolkit import (
 )
 from app.mcp.write_tools import write_tools
 from app.service.expand import expand_keyed
+from app.service.search import search_for_key
 
 __all__ = [
     "ROUND_BUDGET",
@@ -205,7 +205,7 @@ def build_mcp(
             StrictInt | None, about(SearchRequest, "content_max_chars")
         ] = None,
     ) -> Annotated[CallToolResult, SearchResponse]:
-        """Adapter of :func:`app.domain.search.search` (``POST /api/search``)."""
+        """Adapter of :func:`app.service.search.search_for_key` (``POST /api/search``)."""
         request = SearchRequest(
             query=query,
             types=types,
@@ -216,10 +216,10 @@ def build_mcp(
             content_max_chars=content_max_chars,
         )
 
-        async def verb(conn: AsyncConnection, reader: Reader) -> SearchResponse:
-            return await search_verb(conn, reader, request, settings=surface.settings)
+        async def verb(engine: AsyncEngine, key: str | None) -> SearchResponse:
+            return await search_for_key(engine, key, request, surface.settings)
 
-        return await surface.read(ctx, verb)
+        return await surface.for_key(ctx, verb)
 
     async def context(
         ctx: Context,

@@ -171,6 +171,19 @@ class Surface:
             return tool_error(exc.detail)
         return tool_result(response)
 
+    async def for_key(
+        self, ctx: Context, verb: Callable[[AsyncEngine, str | None], Awaitable[BaseModel]]
+    ) -> CallToolResult:
+        """Run a service verb that takes the engine and the caller's key and runs its own
+        snapshots (:func:`app.service.search.search_for_key`), as REST calls it; a domain error
+        is a tool error."""
+        try:
+            response = await verb(self.engine(), self.key(ctx))
+        except DomainError as exc:
+            logs.refused("MCP tool", exc)
+            return tool_error(exc.detail)
+        return tool_result(response)
+
     async def keyed(
         self, ctx: Context, verb: Callable[[str | None], Awaitable[bytes]]
     ) -> CallToolResult:

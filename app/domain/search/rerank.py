@@ -22,6 +22,7 @@ on LoCoMo and costs nothing on the clean PEP set (``docs/eval.md``, the ablation
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -33,6 +34,28 @@ from app.domain.search.fuse import EXACT, Folded
 from app.domain.search.query import Query
 from app.domain.search.settings import SearchSettings
 from app.repo.search import semantic as semantic_repo
+
+SHORT_OF_VECTORS_S = 30.0
+"""How long an org whose head lacked vectors is not worth a query vector made ahead."""
+_short_of_vectors: dict[tuple[str, str], float] = {}
+
+
+async def wants_query_vector(
+    conn: AsyncConnection, reader: Reader, settings: SearchSettings
+) -> bool:
+    """Whether a search by ``reader`` will likely ask for the query's vector, so that
+    :func:`app.service.search.search_for_key` may make it before the search's transaction (a
+    pooled connection is then not held while the model runs): the re-ranking is on, vectors can
+    be used here (no statement once known), and the last search of the reader's org in the past
+    :data:`SHORT_OF_VECTORS_S` seconds did not find its head short of vectors (as while the
+    worker writes an import's first vectors). Only a guess: the stage still decides, under the
+    read rule, and makes the vector itself when it was not made ahead."""
+    if not settings.rerank:
+        return False
+    if await semantic.unavailable(conn, settings.embedder) is not None:
+        return False
+    since = _short_of_vectors.get((reader.org_id, settings.embedder))
+    return since is None or time.monotonic() - since >= SHORT_OF_VECTORS_S
 
 
 def blend(text_rank: float | None, top_text: float, similarity: float, weight: float) -> float:
@@ -75,10 +98,14 @@ async def rerank(
         )
         missing = sum(1 for i in ids if i not in similarity)  # one snapshot: none
     if missing:
+        if len(_short_of_vectors) > 4096:
+            _short_of_vectors.clear()
+        _short_of_vectors[(reader.org_id, model)] = time.monotonic()
         return folded, {
             "ran": False,
             "reason": f"{missing} of the first {len(head)} memories have no vectors by {name} yet",
         }
+    _short_of_vectors.pop((reader.org_id, model), None)
     top_text = max((r.text_rank or 0.0) for r, _ in head)
     scored = [
         (

@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from functools import lru_cache
+from array import array
+from collections import OrderedDict
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core import embedder as models
 from app.core.reader import Reader
@@ -41,17 +42,30 @@ _coverage: dict[tuple[object, ...], tuple[float, tuple[int, int, int]]] = {}
 _tables: dict[str, tuple[float, bool]] = {}
 
 
-async def _tables_present(conn: AsyncConnection) -> bool:
+def _database(engine: AsyncEngine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+async def _tables_present(conn: AsyncConnection, *, fresh: bool = False) -> bool:
     """Whether the database holds the lane's tables, asked once per database and process while
     they are there; a database without them is asked again after :data:`COVERAGE_TTL_S`
-    seconds (``sibyl-pg semantic setup`` may have created them), not at every search."""
-    key = conn.engine.url.render_as_string(hide_password=True)
+    seconds (``sibyl-pg semantic setup`` may have created them), not at every search.
+    ``fresh``: ask now (the answer is kept)."""
+    key = _database(conn.engine)
     now = time.monotonic()
     known = _tables.get(key)
-    if known is None or (not known[1] and now - known[0] >= COVERAGE_TTL_S):
+    if fresh or known is None or (not known[1] and now - known[0] >= COVERAGE_TTL_S):
         known = (now, await semantic_repo.tables_present(conn))
         _tables[key] = known
     return known[1]
+
+
+def known_usable(engine: AsyncEngine, embedder: str) -> bool:
+    """Whether vectors of ``embedder`` are known, without a statement, to be usable on
+    ``engine``'s database: the model runs here and this process has seen the lane's tables
+    there (at start, or at a search). False when not known yet."""
+    known = _tables.get(_database(engine))
+    return models.available(embedder) is None and known is not None and known[1]
 
 
 async def unavailable(conn: AsyncConnection, embedder: str, *, fresh: bool = False) -> str | None:
@@ -61,19 +75,36 @@ async def unavailable(conn: AsyncConnection, embedder: str, *, fresh: bool = Fal
     reason = models.available(embedder)
     if reason is not None:
         return reason
-    present = await (semantic_repo.tables_present(conn) if fresh else _tables_present(conn))
+    present = await _tables_present(conn, fresh=fresh)
     return None if present else semantic_repo.NO_PGVECTOR
 
 
-@lru_cache(maxsize=256)
-def _encoded(model: str, text: str) -> tuple[float, ...]:
-    return tuple(models.embedder(model).encode([text])[0])
+QUERY_VECTORS_KEPT = 1024
+"""Query vectors kept per process (about 3 KB each at 384 dimensions), most recent first."""
+_query_vectors: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
+
+
+def has_query_vector(model: str, text: str) -> bool:
+    """Whether the vector of ``text`` by ``model`` is kept (:func:`query_vector` would not
+    encode it again)."""
+    return (model, text) in _query_vectors
 
 
 async def query_vector(model: str, text: str) -> list[float]:
-    """The vector of a query's ``text`` by ``model`` (in a thread; the last 256 kept: the
-    semantic lane and the re-ranking of one search ask once)."""
-    return list(await asyncio.to_thread(_encoded, model, text))
+    """The vector of a query's ``text`` by ``model``: encoded in a thread, the last
+    :data:`QUERY_VECTORS_KEPT` kept, so the semantic lane and the re-ranking of one search, and
+    the search after :func:`app.service.search.search_for_key` made it ahead of its
+    transaction, encode once."""
+    key = (model, text)
+    kept = _query_vectors.get(key)
+    if kept is None:
+        encoded = await asyncio.to_thread(models.embedder(model).encode, [text])
+        kept = array("d", encoded[0])
+        _query_vectors[key] = kept
+        while len(_query_vectors) > QUERY_VECTORS_KEPT:
+            _query_vectors.popitem(last=False)
+    _query_vectors.move_to_end(key)
+    return list(kept)
 
 
 async def _coverage_of(conn: AsyncConnection, reader: Reader, model: str) -> tuple[int, int, int]:
