@@ -688,3 +688,37 @@ async def test_without_pgvector_a_search_is_one_snapshot_and_makes_no_vector(eng
     assert got.results and got.filters["rerank"]["ran"] is False
     assert sum(s.startswith("/* sibyl:reader.by_key */") for s in sent) == 1
     assert seen == []
+
+
+async def test_the_worker_leaves_vectors_by_another_model_alone(vec_engine, caplog):
+    """A process started with another model once rewrote every memory's vectors in the
+    background (two such processes undid each other): while the database holds vectors by
+    another model the worker writes none and warns; ``embed`` (deliberate) replaces them, and
+    then the worker keeps up again."""
+    from app.service.workers.embeddings import EmbeddingWorker
+
+    sfx, org = secrets.token_hex(3), "org_rrm_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    state = text("SELECT memory_id, model FROM embedding_state WHERE org_id = :o ORDER BY 1")
+    async with vec_engine.begin() as conn:  # as if another process's model had written them
+        await conn.execute(
+            text("UPDATE embedding_state SET model = 'other-model' WHERE org_id = :o"), {"o": org}
+        )
+    await import_dicts(vec_engine, [memory_record(org, sfx, "new", "New", "kelp again")])
+    worker = EmbeddingWorker(vec_engine, interval_s=60, model_name=models.HASHING)
+    try:
+        with caplog.at_level("WARNING", logger="sibyl_pg.embeddings"):
+            assert await worker.tick() == 0
+        assert "other-model (2 memories)" in caplog.text
+        async with vec_engine.connect() as conn:
+            rows = (await conn.execute(state, {"o": org})).all()
+        assert [tuple(r) for r in rows] == [("far", "other-model"), ("near", "other-model")]
+
+        assert await embed_due(vec_engine, model_name=models.HASHING) == 3  # the deliberate act
+        await import_dicts(vec_engine, [memory_record(org, sfx, "newer", "Newer", "kelp")])
+        assert await worker.tick() == 1  # no other model's vectors: it keeps up again
+        async with vec_engine.connect() as conn:
+            rows = (await conn.execute(state, {"o": org})).all()
+        assert {r.model for r in rows} == {"hashing"} and len(rows) == 4
+    finally:
+        await worker.close()

@@ -40,6 +40,16 @@ WHERE t.lifecycle <> 'retired'
   AND (CAST(:orgs AS text[]) IS NULL OR t.org_id = ANY(CAST(:orgs AS text[])))"""
 )
 
+OTHER_MODELS_SQL = text(
+    """/* sibyl:embed.other_models */
+SELECT s.model, count(*) AS memories
+FROM embedding_state s
+WHERE s.model <> :model
+  AND (CAST(:orgs AS text[]) IS NULL OR s.org_id = ANY(CAST(:orgs AS text[])))
+GROUP BY s.model
+ORDER BY s.model"""
+)
+
 DOCUMENTS_SQL = text(
     """/* sibyl:embed.documents */
 SELECT t.org_id, t.id AS memory_id, t.revision, t.id AS doc_id, t.name,
@@ -114,6 +124,15 @@ async def due_count(
     """(due memories, memories not retired) of ``orgs`` (None: every org)."""
     row = (await conn.execute(DUE_COUNT_SQL, {"model": model, "orgs": orgs})).one()
     return int(row.due), int(row.memories)
+
+
+async def other_models(
+    conn: AsyncConnection, *, model: str, orgs: list[str] | None = None
+) -> dict[str, int]:
+    """Model name → how many memories of ``orgs`` (None: every org) hold vectors by that model,
+    for every model but ``model``."""
+    rows = await conn.execute(OTHER_MODELS_SQL, {"model": model, "orgs": orgs})
+    return {r.model: int(r.memories) for r in rows}
 
 
 async def documents(conn: AsyncConnection, memories: Sequence[Due]) -> list[Document]:

@@ -23,7 +23,7 @@ accordingly (a yes/no "fits in shared_buffers" instead of the size).
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -126,6 +126,8 @@ class Vectors:
     due: int = 0
     memories: int = 0
     interval_s: float = 0.0  # SIBYL_EMBED_INTERVAL_S as this process reads it
+    others: dict[str, int] = field(default_factory=dict)
+    """Memories of those orgs holding vectors by another model, by model name."""
 
 
 # --- gathering -----------------------------------------------------------------------------------
@@ -182,10 +184,10 @@ async def _vectors(conn: AsyncConnection, orgs: list[str] | None) -> Vectors | N
     reason = await unavailable(conn, s.embedder, fresh=True)
     if reason is not None:
         return Vectors(s.embedder, reason)
-    due, memories = await embeddings.due_count(
-        conn, model=models.embedder(s.embedder).name, orgs=orgs
-    )
-    return Vectors(s.embedder, None, due, memories, s.embed_interval_s)
+    name = models.embedder(s.embedder).name
+    due, memories = await embeddings.due_count(conn, model=name, orgs=orgs)
+    others = await embeddings.other_models(conn, model=name, orgs=orgs)
+    return Vectors(s.embedder, None, due, memories, s.embed_interval_s, others)
 
 
 def _libraries(settings: dict[str, repo.Setting], name: str) -> list[str]:
@@ -771,6 +773,23 @@ def check_vectors(f: Facts, *, detail: bool) -> Check:
         if detail
         else {"model": v.model, "due": v.due > 0}
     )
+    if v.others:
+        held = sum(v.others.values())
+        if detail:
+            facts["other_models"] = v.others
+        by = ", ".join(v.others)
+        who = f"{held:,} of {v.memories:,} memories have" if detail else "this org's memories have"
+        return Check(
+            name="vectors",
+            status="warn",
+            summary=f"{who} vectors by {by}, not by {v.model} (the model in use)",
+            advice=f"Search compares only vectors by {v.model}, and a serving process writes "
+            "none in the background while vectors by another model are there (two servers "
+            "with different SIBYL_EMBEDDER values would otherwise rewrite each other's). Start "
+            f"the service with SIBYL_EMBEDDER={next(iter(v.others))}, or replace them: "
+            f"`sibyl-pg embed --model {v.model}`.",
+            facts=facts,
+        )
     if v.due:
         who = f"{v.due:,} of {v.memories:,} memories" if detail else "memories of this org"
         return Check(

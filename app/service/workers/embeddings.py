@@ -13,6 +13,13 @@ seconds (one process at a time: a session advisory lock of its own; the model on
 requests keep the other cores) when the semantic lane can run there (the extra installed, the
 tables present); ``sibyl-pg embed`` embeds everything due with a progress bar (an import that
 should be searchable by meaning at once, the evaluation).
+
+**One model's vectors.** A memory whose vectors are by another model is due, so a process
+started with another ``SIBYL_EMBEDDER`` would once have rewritten every memory's vectors in the
+background, and two such processes on one database would have undone each other for ever. The
+background worker now writes nothing while the database holds vectors by another model: it logs
+a warning (once per change of what it finds) and ``doctor`` says it; ``sibyl-pg embed --model
+NAME`` replaces them, a deliberate act.
 """
 
 from __future__ import annotations
@@ -133,10 +140,12 @@ class EmbeddingWorker(OwnEngine):
         super().__init__(engine)
         self.interval_s = interval_s
         self.model_name = model_name
+        self._others: dict[str, int] = {}  # what the last tick found by other models
 
     async def tick(self) -> int:
         """One look: embed every due memory (0 when another process holds the worker's lock,
-        or the lane cannot run here)."""
+        the lane cannot run here, or the database holds vectors by another model: see the
+        module docstring)."""
         if models.available(self.model_name) is not None:
             return 0
         engine = self._own_engine()
@@ -146,7 +155,21 @@ class EmbeddingWorker(OwnEngine):
         ):
             if not held or not await semantic_repo.tables_present(conn):
                 return 0
+            name = models.embedder(self.model_name, threads=1).name
+            others = await repo.other_models(conn, model=name)
+            if others != self._others and others:
+                log.warning(
+                    "semantic lane: not writing vectors by %s in the background: the database "
+                    "holds vectors by %s; `sibyl-pg embed --model %s` replaces them, or start "
+                    "the service with that SIBYL_EMBEDDER",
+                    name,
+                    ", ".join(f"{m} ({n} memories)" for m, n in others.items()),
+                    self.model_name,
+                )
+            self._others = others
             await conn.commit()
+            if others:
+                return 0
             return await embed_due(engine, model_name=self.model_name, threads=1)
 
     async def run(self) -> None:
