@@ -722,3 +722,54 @@ async def test_the_worker_leaves_vectors_by_another_model_alone(vec_engine, capl
         assert {r.model for r in rows} == {"hashing"} and len(rows) == 4
     finally:
         await worker.close()
+
+
+def test_embed_with_org_writes_only_that_orgs_vectors(pg16, monkeypatch):
+    """``sibyl-pg embed --org A`` embeds A's due memories and leaves another org's due (a small
+    org beside the PEPs need not wait for the PEPs' vectors); without ``--org`` every org's."""
+    import asyncio
+
+    from typer.testing import CliRunner
+
+    from app.cli.main import cli
+    from app.core.settings import get_settings
+
+    sfx = secrets.token_hex(3)
+    orgs = ["org_eo_a_" + sfx, "org_eo_b_" + sfx]
+
+    async def load() -> None:
+        engine = make_engine(pg16.url)
+        try:
+            for n, org in enumerate(orgs):
+                await import_dicts(engine, _near_and_far(org, f"{sfx}{n}"))
+        finally:
+            await engine.dispose()
+
+    async def embedded() -> dict[str, int]:
+        engine = make_engine(pg16.url)
+        try:
+            async with engine.connect() as conn:
+                rows = await conn.execute(
+                    text(
+                        "SELECT org_id, count(*) AS n FROM embedding_state "
+                        "WHERE org_id = ANY(:orgs) AND model = 'hashing' GROUP BY org_id"
+                    ),
+                    {"orgs": orgs},
+                )
+                return {r.org_id: int(r.n) for r in rows}
+        finally:
+            await engine.dispose()
+
+    asyncio.run(load())
+    monkeypatch.setenv("DATABASE_URL", pg16.url)
+    get_settings.cache_clear()
+    try:
+        one = CliRunner().invoke(cli, ["embed", "--model", models.HASHING, "--org", orgs[0]])
+        assert one.exit_code == 0, one.output
+        assert "2 memories embedded with hashing" in one.output
+        assert asyncio.run(embedded()) == {orgs[0]: 2}
+        every = CliRunner().invoke(cli, ["embed", "--model", models.HASHING])
+        assert every.exit_code == 0, every.output
+        assert asyncio.run(embedded()) == {orgs[0]: 2, orgs[1]: 2}
+    finally:
+        get_settings.cache_clear()

@@ -461,10 +461,16 @@ def embed(
         str | None,
         typer.Option("--model", help="minilm or hashing (default: SIBYL_EMBEDDER)"),
     ] = None,
+    org: Annotated[
+        list[str] | None,
+        typer.Option("--org", help="Only this org's memories (repeatable; default: every org)"),
+    ] = None,
 ) -> None:
-    """Write the semantic lane's vectors of every memory whose vectors are missing or stale
-    (docs/search.md), with a progress bar; a serving process with the lane on does the same in
-    the background. Needs the ``semantic`` extra and pgvector on the server."""
+    """Write the vectors of every memory whose vectors are missing, stale or by another model
+    (the re-ranking's and the semantic lane's: docs/search.md), with a progress bar; a serving
+    process does the same in the background (but leaves another model's vectors alone).
+    ``--org``: only those orgs' memories (a small org beside the PEPs). Needs the ``semantic``
+    extra and pgvector on the server."""
     from app.core.embedder import EmbedderUnavailable
     from app.repo import embeddings as embeddings_repo
     from app.repo.search.semantic import NO_PGVECTOR, tables_present
@@ -482,7 +488,7 @@ def embed(
                 async with engine.connect() as conn:
                     if not await tables_present(conn):
                         raise EmbedderUnavailable(NO_PGVECTOR)
-                    due, _ = await embeddings_repo.due_count(conn, model=name)
+                    due, _ = await embeddings_repo.due_count(conn, model=name, orgs=org or None)
                 with progress("embedding memories", due) as advance:
                     seen = 0
 
@@ -491,7 +497,9 @@ def embed(
                         advance(done - seen)
                         seen = done
 
-                    return await embed_due(engine, model_name=name, progress=step_done)
+                    return await embed_due(
+                        engine, model_name=name, progress=step_done, orgs=org or None
+                    )
         finally:
             await engine.dispose()
 

@@ -25,6 +25,7 @@ FROM entities t
 LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
 WHERE t.lifecycle <> 'retired'
   AND (s.memory_id IS NULL OR s.revision <> t.revision OR s.model <> :model)
+  AND (CAST(:orgs AS text[]) IS NULL OR t.org_id = ANY(CAST(:orgs AS text[])))
 ORDER BY t.org_id, t.id
 LIMIT :batch"""
 )
@@ -112,9 +113,11 @@ class Document:
     body: str
 
 
-async def due(conn: AsyncConnection, *, model: str, batch: int) -> list[Due]:
-    """At most ``batch`` due memories (by org, then id)."""
-    rows = await conn.execute(DUE_SQL, {"model": model, "batch": batch})
+async def due(
+    conn: AsyncConnection, *, model: str, batch: int, orgs: list[str] | None = None
+) -> list[Due]:
+    """At most ``batch`` due memories of ``orgs`` (None: every org), by org, then id."""
+    rows = await conn.execute(DUE_SQL, {"model": model, "batch": batch, "orgs": orgs})
     return [Due(r.org_id, r.id, int(r.revision)) for r in rows]
 
 

@@ -63,20 +63,21 @@ async def embed_due(
     batch: int = BATCH,
     threads: int | None = None,
     model: models.Embedder | None = None,
+    orgs: list[str] | None = None,
 ) -> int:
-    """Embed every due memory of ``engine``'s database; return how many were embedded.
-    ``progress(done, due)`` is called after each batch; ``model``: the embedder to use
-    (default: ``model_name``'s). Raises :class:`~app.core.embedder.EmbedderUnavailable` when
-    the model cannot run here."""
+    """Embed every due memory of ``engine``'s database (of ``orgs`` only, when given); return
+    how many were embedded. ``progress(done, due)`` is called after each batch; ``model``: the
+    embedder to use (default: ``model_name``'s). Raises
+    :class:`~app.core.embedder.EmbedderUnavailable` when the model cannot run here."""
     model = model or models.embedder(model_name, threads)
     async with engine.connect() as conn:
         if not await semantic_repo.tables_present(conn):
             raise models.EmbedderUnavailable(semantic_repo.NO_PGVECTOR)
-        total, _ = await repo.due_count(conn, model=model.name)
+        total, _ = await repo.due_count(conn, model=model.name, orgs=orgs)
     done = 0
     while True:
         async with engine.connect() as conn:
-            memories = await repo.due(conn, model=model.name, batch=batch)
+            memories = await repo.due(conn, model=model.name, batch=batch, orgs=orgs)
             docs = await repo.documents(conn, memories)
         if not memories:
             return done
