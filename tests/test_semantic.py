@@ -773,3 +773,48 @@ def test_embed_with_org_writes_only_that_orgs_vectors(pg16, monkeypatch):
         assert asyncio.run(embedded()) == {orgs[0]: 2, orgs[1]: 2}
     finally:
         get_settings.cache_clear()
+
+
+async def test_a_burst_past_the_query_models_queue_is_answered_without_re_ranking(
+    vec_engine, monkeypatch
+):
+    """Query vectors wait for the model's threads, at most ``QUERY_QUEUE_MAX`` at once: a search
+    that would need one more is answered at once, in the fused order (no 503, no longer queue),
+    and ``filters.rerank`` says why; the searches that queued re-rank."""
+    import asyncio
+    import threading
+
+    sfx, org = secrets.token_hex(3), "org_rrq_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    await _started(vec_engine)
+    model = models.embedder(models.HASHING)
+    real, release = model.encode, threading.Event()
+
+    def held(texts):  # type: ignore[no-untyped-def]
+        release.wait(30)
+        return real(texts)
+
+    monkeypatch.setattr(model, "encode", held)
+    monkeypatch.setattr(semantic_lane, "QUERY_QUEUE_MAX", 2)
+
+    def ask(word: str):  # type: ignore[no-untyped-def]
+        request = SearchRequest(query=f"kelp forests {word} {sfx}")
+        return asyncio.ensure_future(search_for_key(vec_engine, ann, request, SERVICE))
+
+    queued = [ask("one"), ask("two")]
+    for _ in range(3000):  # both wait for the model (at most 30 s)
+        if semantic_lane._encoding == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert semantic_lane._encoding == 2
+    late = await ask("three")  # answered while the two wait
+    assert late.filters["rerank"] == {
+        "ran": False,
+        "reason": "the query model is busy (2 query vectors wait for it)",
+    }
+    assert [r.id for r in late.results] == ["far", "near"]  # the fused order
+    release.set()
+    for answer in await asyncio.gather(*queued):
+        assert answer.filters["rerank"]["ran"] is True
+    assert semantic_lane._encoding == 0

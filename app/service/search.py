@@ -12,8 +12,12 @@ snapshot of its own, the vector is made with no connection held, and the search 
 (:func:`app.domain.search.semantic.query_vector`). Only an authenticated key buys that CPU: a
 request without a valid key is refused (401/403) before any vector is made, as before. The
 search itself authenticates again in its own snapshot and decides, under the read rule, whether
-the re-ranking runs; a vector made ahead and not used costs only CPU. Where vectors are not
-usable (no pgvector, no model, the re-ranking off) nothing changes: one snapshot, no vector.
+the re-ranking runs; a vector made ahead and not used costs only CPU. Query vectors are made
+on a few threads of their own and at most
+:data:`~app.domain.search.semantic.QUERY_QUEUE_MAX` are made or wait at once: past that a
+search is answered in the fused order, ``filters.rerank`` saying the model was busy. Where
+vectors are not usable (no pgvector, no model, the re-ranking off) nothing changes: one
+snapshot, no vector.
 """
 
 from __future__ import annotations
@@ -38,7 +42,11 @@ async def query_vector_ahead(
     :func:`app.service.session.run_read` raises for the key (``Unauthorized``, ``Forbidden``,
     ``Unavailable``); a query the search will refuse (400) is left to the search."""
     ss = search_settings(settings)
-    if not ss.rerank or not semantic_lane.known_usable(engine, ss.embedder):
+    if (
+        not ss.rerank
+        or not semantic_lane.known_usable(engine, ss.embedder)
+        or semantic_lane.encoder_busy() is not None
+    ):
         return False  # known without a statement: no vector, no second snapshot
     require_key(key)
     try:

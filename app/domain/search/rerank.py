@@ -13,7 +13,9 @@ the memory's current revision (its own document or a passage: ``sibyl:search.rer
   vector, so what a reader may not read changes nothing in their order.
 - It runs where the model and pgvector are there and every memory of the head has vectors of its
   current revision by the model in use (``sibyl:search.rerank_ready``, before any query vector
-  is made); otherwise the fused order stands and ``filters.rerank`` says why.
+  is made), and the query's vector is made or can be (under a burst, at most
+  :data:`~app.domain.search.semantic.QUERY_QUEUE_MAX` wait for the model); otherwise the fused
+  order stands and ``filters.rerank`` says why.
 
 On by default (:attr:`SearchSettings.rerank`, ``SIBYL_SEARCH_RERANK``): it pays on the PEPs and
 on LoCoMo and costs nothing on the clean PEP set (``docs/eval.md``, the ablation table).
@@ -45,12 +47,13 @@ async def wants_query_vector(
 ) -> bool:
     """Whether a search by ``reader`` will likely ask for the query's vector, so that
     :func:`app.service.search.search_for_key` may make it before the search's transaction (a
-    pooled connection is then not held while the model runs): the re-ranking is on, vectors can
-    be used here (no statement once known), and the last search of the reader's org in the past
+    pooled connection is then not held while the model runs): the re-ranking is on, the query
+    model is not busy (:func:`app.domain.search.semantic.encoder_busy`), vectors can be used
+    here (no statement once known), and the last search of the reader's org in the past
     :data:`SHORT_OF_VECTORS_S` seconds did not find its head short of vectors (as while the
     worker writes an import's first vectors). Only a guess: the stage still decides, under the
     read rule, and makes the vector itself when it was not made ahead."""
-    if not settings.rerank:
+    if not settings.rerank or semantic.encoder_busy() is not None:
         return False
     if await semantic.unavailable(conn, settings.embedder) is not None:
         return False
@@ -92,6 +95,9 @@ async def rerank(
     missing = len(ids) - ready
     similarity: dict[str, float] = {}
     if not missing:
+        busy = None if semantic.has_query_vector(model, query.text) else semantic.encoder_busy()
+        if busy is not None:  # a burst: answer now, in the fused order, rather than queue
+            return folded, {"ran": False, "reason": busy}
         vector = await semantic.query_vector(model, query.text)
         similarity = await semantic_repo.similarities(
             conn, reader_params=reader.params(), vector=vector, memory_ids=ids, model=name

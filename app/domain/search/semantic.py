@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from array import array
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -79,6 +81,27 @@ async def unavailable(conn: AsyncConnection, embedder: str, *, fresh: bool = Fal
     return None if present else semantic_repo.NO_PGVECTOR
 
 
+QUERY_ENCODERS = max(1, (os.cpu_count() or 2) // 2)
+"""Threads that make query vectors (half the cores, at least one): a burst of searches queues
+for them instead of running a model call per request at once, so the event loop and the
+database keep the other cores (with one call per request, a burst of 200 searches on 2 cores
+starved the loop and the late ones timed out waiting for a pooled connection)."""
+QUERY_QUEUE_MAX = 16 * QUERY_ENCODERS
+"""The most query vectors made or waiting at once (about half a second of a 2-core host's
+work); a search that would need one more is answered without the re-ranking
+(:func:`encoder_busy`: ``filters.rerank`` says so) rather than queue ever longer."""
+_encoders = ThreadPoolExecutor(max_workers=QUERY_ENCODERS, thread_name_prefix="query-vector")
+_encoding = 0  # query vectors being made or waiting for a thread
+
+
+def encoder_busy() -> str | None:
+    """Why no more query vectors are taken now (:data:`QUERY_QUEUE_MAX` are being made or
+    wait), else None."""
+    if _encoding >= QUERY_QUEUE_MAX:
+        return f"the query model is busy ({_encoding} query vectors wait for it)"
+    return None
+
+
 QUERY_VECTORS_KEPT = 1024
 """Query vectors kept per process (about 3 KB each at 384 dimensions), most recent first."""
 _query_vectors: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
@@ -91,14 +114,22 @@ def has_query_vector(model: str, text: str) -> bool:
 
 
 async def query_vector(model: str, text: str) -> list[float]:
-    """The vector of a query's ``text`` by ``model``: encoded in a thread, the last
+    """The vector of a query's ``text`` by ``model``: encoded on one of the
+    :data:`QUERY_ENCODERS` threads, the last
     :data:`QUERY_VECTORS_KEPT` kept, so the semantic lane and the re-ranking of one search, and
     the search after :func:`app.service.search.search_for_key` made it ahead of its
     transaction, encode once."""
+    global _encoding
     key = (model, text)
     kept = _query_vectors.get(key)
     if kept is None:
-        encoded = await asyncio.to_thread(models.embedder(model).encode, [text])
+        encoder = models.embedder(model)
+        loop = asyncio.get_running_loop()
+        _encoding += 1
+        try:
+            encoded = await loop.run_in_executor(_encoders, encoder.encode, [text])
+        finally:
+            _encoding -= 1
         kept = array("d", encoded[0])
         _query_vectors[key] = kept
         while len(_query_vectors) > QUERY_VECTORS_KEPT:
