@@ -495,11 +495,12 @@ async def test_the_vectors_check_says_why_search_cannot_re_rank_and_what_waits(e
     done = dataclasses.replace(facts, vectors=Vectors("minilm", None, 0, 10))
     assert check_vectors(done, detail=True).status == "ok"
     # vectors by another model: the background worker leaves them; say so, and how to switch
-    other = dataclasses.replace(facts, vectors=Vectors("minilm", None, 4, 10, 10.0, {"hashing": 4}))
+    others = {"org_a": {"hashing": 4}}
+    other = dataclasses.replace(facts, vectors=Vectors("minilm", None, 4, 10, 10.0, others))
     operator, admin = check_vectors(other, detail=True), check_vectors(other, detail=False)
     assert operator.status == admin.status == "warn"
-    assert "4 of 10 memories have vectors by hashing" in operator.summary
-    assert operator.facts["other_models"] == {"hashing": 4}
+    assert "4 of 10 memories (1 org) have vectors by hashing" in operator.summary
+    assert operator.facts["other_models"] == others
     assert "4" not in admin.summary and "other_models" not in admin.facts
     assert "sibyl-pg embed --model minilm" in (admin.advice or "")
     assert "SIBYL_EMBEDDER=hashing" in (admin.advice or "")

@@ -436,9 +436,9 @@ async def test_an_org_without_vectors_costs_no_query_vector(vec_engine, monkeypa
     made: list[str] = []
     real = semantic_lane.query_vector
 
-    async def counted(model: str, text: str) -> list[float]:
+    async def counted(model: str, text: str, reader) -> list[float]:  # type: ignore[no-untyped-def]
         made.append(text)
-        return await real(model, text)
+        return await real(model, text, reader)
 
     monkeypatch.setattr(semantic_lane, "query_vector", counted)
     monkeypatch.setattr(semantic_lane, "COVERAGE_TTL_S", 0.0)  # every search looks again
@@ -692,12 +692,14 @@ async def test_without_pgvector_a_search_is_one_snapshot_and_makes_no_vector(eng
 
 async def test_the_worker_leaves_vectors_by_another_model_alone(vec_engine, caplog):
     """A process started with another model once rewrote every memory's vectors in the
-    background (two such processes undid each other): while the database holds vectors by
-    another model the worker writes none and warns; ``embed`` (deliberate) replaces them, and
-    then the worker keeps up again."""
+    background (two such processes undid each other): the worker now leaves alone an org whose
+    memories hold vectors by another model, and warns, while it keeps other orgs up; a retired
+    memory's old vectors hold nothing back; ``embed`` (deliberate) replaces them, and then the
+    worker keeps the org up again."""
     from app.service.workers.embeddings import EmbeddingWorker
 
     sfx, org = secrets.token_hex(3), "org_rrm_" + secrets.token_hex(4)
+    osfx, other_org = secrets.token_hex(3), "org_rrk_" + secrets.token_hex(4)
     await _load(vec_engine, _near_and_far(org, sfx))
     state = text("SELECT memory_id, model FROM embedding_state WHERE org_id = :o ORDER BY 1")
     async with vec_engine.begin() as conn:  # as if another process's model had written them
@@ -705,21 +707,41 @@ async def test_the_worker_leaves_vectors_by_another_model_alone(vec_engine, capl
             text("UPDATE embedding_state SET model = 'other-model' WHERE org_id = :o"), {"o": org}
         )
     await import_dicts(vec_engine, [memory_record(org, sfx, "new", "New", "kelp again")])
+    await import_dicts(vec_engine, _near_and_far(other_org, osfx))  # another org, no vectors
     worker = EmbeddingWorker(vec_engine, interval_s=60, model_name=models.HASHING)
     try:
         with caplog.at_level("WARNING", logger="sibyl_pg.embeddings"):
-            assert await worker.tick() == 0
-        assert "other-model (2 memories)" in caplog.text
+            assert await worker.tick() == 2  # the other org's two memories, not this org's
+        assert f"{org} (other-model: 2 memories)" in caplog.text
         async with vec_engine.connect() as conn:
             rows = (await conn.execute(state, {"o": org})).all()
+            kept_up = (await conn.execute(state, {"o": other_org})).all()
         assert [tuple(r) for r in rows] == [("far", "other-model"), ("near", "other-model")]
+        assert [tuple(r) for r in kept_up] == [("far", "hashing"), ("near", "hashing")]
 
         assert await embed_due(vec_engine, model_name=models.HASHING) == 3  # the deliberate act
+        async with vec_engine.begin() as conn:  # a retired memory's old vectors block nothing
+            await conn.execute(
+                text(
+                    "UPDATE embedding_state SET model = 'other-model' "
+                    "WHERE org_id = :o AND memory_id = 'far'"
+                ),
+                {"o": org},
+            )
+            await conn.execute(
+                text("UPDATE entities SET lifecycle = 'retired' WHERE org_id = :o AND id = 'far'"),
+                {"o": org},
+            )
         await import_dicts(vec_engine, [memory_record(org, sfx, "newer", "Newer", "kelp")])
-        assert await worker.tick() == 1  # no other model's vectors: it keeps up again
+        assert await worker.tick() == 1  # no other model's vectors that count: it keeps up
         async with vec_engine.connect() as conn:
             rows = (await conn.execute(state, {"o": org})).all()
-        assert {r.model for r in rows} == {"hashing"} and len(rows) == 4
+        assert dict(tuple(r) for r in rows) == {
+            "far": "other-model",
+            "near": "hashing",
+            "new": "hashing",
+            "newer": "hashing",
+        }
     finally:
         await worker.close()
 
@@ -818,3 +840,64 @@ async def test_a_burst_past_the_query_models_queue_is_answered_without_re_rankin
     for answer in await asyncio.gather(*queued):
         assert answer.filters["rerank"]["ran"] is True
     assert semantic_lane._encoding == 0
+
+
+async def test_a_query_no_readable_document_holds_a_word_of_buys_no_vector(vec_engine, monkeypatch):
+    """Pair: with the reader's word counts current, a query none of whose words a readable
+    document holds (a typo, another org's word) makes no vector ahead; one whose words are there
+    makes one."""
+    from app.repo import term_stats
+
+    sfx, org = secrets.token_hex(3), "org_rrw_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    await term_stats.refresh_orgs(vec_engine, [org])
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    await _started(vec_engine)
+    seen = _watch_encodes(monkeypatch, vec_engine)
+    nothing = await search_for_key(
+        vec_engine, ann, SearchRequest(query=f"zqxv glorbnak {sfx}x"), SERVICE
+    )
+    assert nothing.results == [] and seen == []
+    found = await search_for_key(vec_engine, ann, SearchRequest(query="kelp forests"), SERVICE)
+    assert found.filters["rerank"]["ran"] is True and [c for _, c in seen] == [0]
+
+
+async def test_a_kept_query_vector_serves_only_the_reader_who_asked(vec_engine, monkeypatch):
+    """Query vectors are kept per reader: bob asking what ann asked a moment ago encodes it
+    again (a kept vector answers faster, which would tell bob what someone searched), while
+    ann asking again does not."""
+    sfx, org = secrets.token_hex(3), "org_rrc_" + secrets.token_hex(4)
+    bob = {"kind": "user", "id": f"user_bob_{sfx}", "org": org, "handle": f"bob_{sfx}"}
+    await _load(vec_engine, [*_near_and_far(org, sfx), {**bob, "role": "member"}])
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    bob = await make_key(vec_engine, f"user_bob_{sfx}")
+    await _started(vec_engine)
+    seen = _watch_encodes(monkeypatch, vec_engine)
+    request = SearchRequest(query=f"kelp forests cold water {sfx}")
+    for key in (ann, ann, bob, bob):
+        got = await search_for_key(vec_engine, key, request, SERVICE)
+        assert got.filters["rerank"]["ran"] is True
+    assert len(seen) == 2  # once for ann, once for bob
+
+
+async def test_one_memory_waiting_for_vectors_does_not_stop_vectors_made_ahead(
+    vec_engine, monkeypatch
+):
+    """An org that keeps writing always has a memory or two waiting for the worker: a head
+    short of one memory's vectors does not stop the next searches from making their vectors
+    ahead (only a head mostly without vectors does, as after an import)."""
+    sfx, org = secrets.token_hex(3), "org_rro_" + secrets.token_hex(4)
+    records = _near_and_far(org, sfx) + [
+        memory_record(org, sfx, f"more_{i}", f"More {i}", f"kelp forests note {i}")
+        for i in range(3)
+    ]
+    await _load(vec_engine, records)
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    await import_dicts(vec_engine, [memory_record(org, sfx, "near", "Diary", "kelp forests cold")])
+    await _started(vec_engine)
+    seen = _watch_encodes(monkeypatch, vec_engine)
+    first = await search_for_key(vec_engine, ann, SearchRequest(query=f"kelp {sfx}"), SERVICE)
+    assert first.filters["rerank"]["reason"].startswith("1 of the first 5 memories")
+    after = await search_for_key(vec_engine, ann, SearchRequest(query=f"forests {sfx}"), SERVICE)
+    assert after.filters["rerank"]["ran"] is False
+    assert [c for _, c in seen] == [0, 0]  # both made ahead, with no connection held

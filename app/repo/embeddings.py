@@ -26,6 +26,7 @@ LEFT JOIN embedding_state s ON s.org_id = t.org_id AND s.memory_id = t.id
 WHERE t.lifecycle <> 'retired'
   AND (s.memory_id IS NULL OR s.revision <> t.revision OR s.model <> :model)
   AND (CAST(:orgs AS text[]) IS NULL OR t.org_id = ANY(CAST(:orgs AS text[])))
+  AND NOT t.org_id = ANY(CAST(:skip_orgs AS text[]))
 ORDER BY t.org_id, t.id
 LIMIT :batch"""
 )
@@ -43,12 +44,13 @@ WHERE t.lifecycle <> 'retired'
 
 OTHER_MODELS_SQL = text(
     """/* sibyl:embed.other_models */
-SELECT s.model, count(*) AS memories
+SELECT s.org_id, s.model, count(*) AS memories
 FROM embedding_state s
-WHERE s.model <> :model
+JOIN entities t ON t.org_id = s.org_id AND t.id = s.memory_id
+WHERE s.model <> :model AND t.lifecycle <> 'retired'
   AND (CAST(:orgs AS text[]) IS NULL OR s.org_id = ANY(CAST(:orgs AS text[])))
-GROUP BY s.model
-ORDER BY s.model"""
+GROUP BY s.org_id, s.model
+ORDER BY s.org_id, s.model"""
 )
 
 DOCUMENTS_SQL = text(
@@ -114,10 +116,19 @@ class Document:
 
 
 async def due(
-    conn: AsyncConnection, *, model: str, batch: int, orgs: list[str] | None = None
+    conn: AsyncConnection,
+    *,
+    model: str,
+    batch: int,
+    orgs: list[str] | None = None,
+    skip_orgs: Sequence[str] = (),
 ) -> list[Due]:
-    """At most ``batch`` due memories of ``orgs`` (None: every org), by org, then id."""
-    rows = await conn.execute(DUE_SQL, {"model": model, "batch": batch, "orgs": orgs})
+    """At most ``batch`` due memories of ``orgs`` (None: every org) but ``skip_orgs``, by org,
+    then id."""
+    rows = await conn.execute(
+        DUE_SQL,
+        {"model": model, "batch": batch, "orgs": orgs, "skip_orgs": list(skip_orgs)},
+    )
     return [Due(r.org_id, r.id, int(r.revision)) for r in rows]
 
 
@@ -131,11 +142,14 @@ async def due_count(
 
 async def other_models(
     conn: AsyncConnection, *, model: str, orgs: list[str] | None = None
-) -> dict[str, int]:
-    """Model name → how many memories of ``orgs`` (None: every org) hold vectors by that model,
-    for every model but ``model``."""
+) -> dict[str, dict[str, int]]:
+    """Org → model name → how many of the org's memories (not retired) hold vectors by that
+    model, for every model but ``model``, over ``orgs`` (None: every org)."""
     rows = await conn.execute(OTHER_MODELS_SQL, {"model": model, "orgs": orgs})
-    return {r.model: int(r.memories) for r in rows}
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        out.setdefault(r.org_id, {})[r.model] = int(r.memories)
+    return out
 
 
 async def documents(conn: AsyncConnection, memories: Sequence[Due]) -> list[Document]:

@@ -126,8 +126,9 @@ class Vectors:
     due: int = 0
     memories: int = 0
     interval_s: float = 0.0  # SIBYL_EMBED_INTERVAL_S as this process reads it
-    others: dict[str, int] = field(default_factory=dict)
-    """Memories of those orgs holding vectors by another model, by model name."""
+    others: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Of those orgs, each org whose memories (not retired) hold vectors by another model: model
+    name → how many (the background worker leaves these orgs alone)."""
 
 
 # --- gathering -----------------------------------------------------------------------------------
@@ -774,20 +775,26 @@ def check_vectors(f: Facts, *, detail: bool) -> Check:
         else {"model": v.model, "due": v.due > 0}
     )
     if v.others:
-        held = sum(v.others.values())
+        held = sum(n for by in v.others.values() for n in by.values())
+        names = sorted({m for by in v.others.values() for m in by})
         if detail:
             facts["other_models"] = v.others
-        by = ", ".join(v.others)
-        who = f"{held:,} of {v.memories:,} memories have" if detail else "this org's memories have"
+        who = (
+            f"{held:,} of {v.memories:,} memories ({len(v.others)} org"
+            f"{'' if len(v.others) == 1 else 's'}) have"
+            if detail
+            else "this org's memories have"
+        )
         return Check(
             name="vectors",
             status="warn",
-            summary=f"{who} vectors by {by}, not by {v.model} (the model in use)",
+            summary=f"{who} vectors by {', '.join(names)}, not by {v.model} (the model in use)",
             advice=f"Search compares only vectors by {v.model}, and a serving process writes "
-            "none in the background while vectors by another model are there (two servers "
-            "with different SIBYL_EMBEDDER values would otherwise rewrite each other's). Start "
-            f"the service with SIBYL_EMBEDDER={next(iter(v.others))}, or replace them: "
-            f"`sibyl-pg embed --model {v.model}`.",
+            "none in the background for an org whose memories hold vectors by another model "
+            "(two servers with different SIBYL_EMBEDDER values would otherwise rewrite each "
+            f"other's); the other orgs are kept up as usual. Start the service with "
+            f"SIBYL_EMBEDDER={names[0]}, or replace them: `sibyl-pg embed --model {v.model}` "
+            "(`--org ORG` for one org).",
             facts=facts,
         )
     if v.due:

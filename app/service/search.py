@@ -53,16 +53,17 @@ async def query_vector_ahead(
         text = normalize_query(request.query, field="query")
     except DomainError:
         return False  # the search refuses it, after the key, as without this step
-    if semantic_lane.has_query_vector(ss.embedder, text):
-        return False
 
-    async def check(conn: AsyncConnection) -> bool:
+    async def check(conn: AsyncConnection) -> Reader | None:
         reader = await authenticate(conn, key, scope="read")
-        return await wants_query_vector(conn, reader, ss)
+        if semantic_lane.has_query_vector(ss.embedder, text, reader):
+            return None
+        return reader if await wants_query_vector(conn, reader, text, ss) else None
 
-    if not await run_snapshot(engine, check):
+    reader = await run_snapshot(engine, check)
+    if reader is None:
         return False
-    await semantic_lane.query_vector(ss.embedder, text)
+    await semantic_lane.query_vector(ss.embedder, text, reader)
     return True
 
 

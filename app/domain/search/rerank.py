@@ -31,34 +31,47 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core import embedder as models
 from app.core.reader import Reader
+from app.domain import terms
 from app.domain.search import semantic
 from app.domain.search.fuse import EXACT, Folded
 from app.domain.search.query import Query
 from app.domain.search.settings import SearchSettings
+from app.repo import search as search_repo
 from app.repo.search import semantic as semantic_repo
 
 SHORT_OF_VECTORS_S = 30.0
-"""How long an org whose head lacked vectors is not worth a query vector made ahead."""
+"""How long an org whose head lacked vectors for half its memories or more is not worth a query
+vector made ahead."""
 _short_of_vectors: dict[tuple[str, str], float] = {}
 
 
 async def wants_query_vector(
-    conn: AsyncConnection, reader: Reader, settings: SearchSettings
+    conn: AsyncConnection, reader: Reader, text: str, settings: SearchSettings
 ) -> bool:
-    """Whether a search by ``reader`` will likely ask for the query's vector, so that
-    :func:`app.service.search.search_for_key` may make it before the search's transaction (a
-    pooled connection is then not held while the model runs): the re-ranking is on, the query
-    model is not busy (:func:`app.domain.search.semantic.encoder_busy`), vectors can be used
-    here (no statement once known), and the last search of the reader's org in the past
-    :data:`SHORT_OF_VECTORS_S` seconds did not find its head short of vectors (as while the
-    worker writes an import's first vectors). Only a guess: the stage still decides, under the
-    read rule, and makes the vector itself when it was not made ahead."""
+    """Whether a search of ``text`` (normalised) by ``reader`` will likely ask for the query's
+    vector, so that :func:`app.service.search.search_for_key` may make it before the search's
+    transaction (a pooled connection is then not held while the model runs). Likely when: the
+    re-ranking is on; the query model is not busy
+    (:func:`app.domain.search.semantic.encoder_busy`); vectors can be used here (no statement
+    once known); the org's last head in the past :data:`SHORT_OF_VECTORS_S` seconds did not
+    lack vectors for half its memories or more (as while the worker writes an import's first
+    vectors); and, by the reader's own word counts (``sibyl:search.words``), some word of the
+    query is in a document the reader reads, or the counts are not current (a query no readable
+    document holds a word of needs no vector). Only a guess: the stage decides, under the read
+    rule, and makes the vector itself when it was not made ahead."""
     if not settings.rerank or semantic.encoder_busy() is not None:
         return False
     if await semantic.unavailable(conn, settings.embedder) is not None:
         return False
     since = _short_of_vectors.get((reader.org_id, settings.embedder))
-    return since is None or time.monotonic() - since >= SHORT_OF_VECTORS_S
+    if since is not None and time.monotonic() - since < SHORT_OF_VECTORS_S:
+        return False
+    parsed, counts = await search_repo.lookup_words(
+        conn, reader_params=reader.params(), query=terms.word_text(text)
+    )
+    if counts.stale or not counts.documents:
+        return True  # the counts cannot tell: a vector may be needed
+    return any(x.df > 0 for p in parsed for x in p.lexemes)
 
 
 def blend(text_rank: float | None, top_text: float, similarity: float, weight: float) -> float:
@@ -95,18 +108,20 @@ async def rerank(
     missing = len(ids) - ready
     similarity: dict[str, float] = {}
     if not missing:
-        busy = None if semantic.has_query_vector(model, query.text) else semantic.encoder_busy()
+        kept = semantic.has_query_vector(model, query.text, reader)
+        busy = None if kept else semantic.encoder_busy()
         if busy is not None:  # a burst: answer now, in the fused order, rather than queue
             return folded, {"ran": False, "reason": busy}
-        vector = await semantic.query_vector(model, query.text)
+        vector = await semantic.query_vector(model, query.text, reader)
         similarity = await semantic_repo.similarities(
             conn, reader_params=reader.params(), vector=vector, memory_ids=ids, model=name
         )
         missing = sum(1 for i in ids if i not in similarity)  # one snapshot: none
     if missing:
-        if len(_short_of_vectors) > 4096:
-            _short_of_vectors.clear()
-        _short_of_vectors[(reader.org_id, model)] = time.monotonic()
+        if 2 * missing >= len(ids):  # most of the head: vectors are still being written
+            if len(_short_of_vectors) > 4096:
+                _short_of_vectors.clear()
+            _short_of_vectors[(reader.org_id, model)] = time.monotonic()
         return folded, {
             "ran": False,
             "reason": f"{missing} of the first {len(head)} memories have no vectors by {name} yet",

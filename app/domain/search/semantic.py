@@ -104,23 +104,30 @@ def encoder_busy() -> str | None:
 
 QUERY_VECTORS_KEPT = 1024
 """Query vectors kept per process (about 3 KB each at 384 dimensions), most recent first."""
-_query_vectors: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
+_query_vectors: OrderedDict[tuple[str, str, str, str], array[float]] = OrderedDict()
 
 
-def has_query_vector(model: str, text: str) -> bool:
-    """Whether the vector of ``text`` by ``model`` is kept (:func:`query_vector` would not
-    encode it again)."""
-    return (model, text) in _query_vectors
+def _cache_key(model: str, text: str, reader: Reader) -> tuple[str, str, str, str]:
+    # per reader (org and user): whether a text's vector is kept, which a faster answer would
+    # tell, never says what another user searched
+    return (reader.org_id, reader.user_id, model, text)
 
 
-async def query_vector(model: str, text: str) -> list[float]:
+def has_query_vector(model: str, text: str, reader: Reader) -> bool:
+    """Whether ``reader``'s vector of ``text`` by ``model`` is kept (:func:`query_vector` would
+    not encode it again)."""
+    return _cache_key(model, text, reader) in _query_vectors
+
+
+async def query_vector(model: str, text: str, reader: Reader) -> list[float]:
     """The vector of a query's ``text`` by ``model``: encoded on one of the
     :data:`QUERY_ENCODERS` threads, the last
-    :data:`QUERY_VECTORS_KEPT` kept, so the semantic lane and the re-ranking of one search, and
-    the search after :func:`app.service.search.search_for_key` made it ahead of its
-    transaction, encode once."""
+    :data:`QUERY_VECTORS_KEPT` kept per process, each for the ``reader`` who asked (org and
+    user: a vector kept for one user answers faster, which must not tell another what was
+    searched), so the semantic lane and the re-ranking of one search, and the search after
+    :func:`app.service.search.search_for_key` made it ahead of its transaction, encode once."""
     global _encoding
-    key = (model, text)
+    key = _cache_key(model, text, reader)
     kept = _query_vectors.get(key)
     if kept is None:
         encoder = models.embedder(model)
@@ -196,7 +203,7 @@ async def lane(
     if reason is not None:
         return None, {"ran": False, "reason": reason}
     model = models.embedder(settings.embedder)
-    vector = await query_vector(settings.embedder, query.text)
+    vector = await query_vector(settings.embedder, query.text, reader)
     memories, embedded, chunks = await _coverage_of(conn, reader, model.name)
     indexed = (
         readable_documents is not None

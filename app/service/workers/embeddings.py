@@ -14,12 +14,13 @@ requests keep the other cores) when the semantic lane can run there (the extra i
 tables present); ``sibyl-pg embed`` embeds everything due with a progress bar (an import that
 should be searchable by meaning at once, the evaluation).
 
-**One model's vectors.** A memory whose vectors are by another model is due, so a process
-started with another ``SIBYL_EMBEDDER`` would once have rewritten every memory's vectors in the
-background, and two such processes on one database would have undone each other for ever. The
-background worker now writes nothing while the database holds vectors by another model: it logs
-a warning (once per change of what it finds) and ``doctor`` says it; ``sibyl-pg embed --model
-NAME`` replaces them, a deliberate act.
+**One model's vectors per org.** A memory whose vectors are by another model is due, so a
+process started with another ``SIBYL_EMBEDDER`` would once have rewritten every memory's
+vectors in the background, and two such processes on one database would have undone each other
+for ever. The background worker now leaves alone every org whose memories (not retired) hold
+vectors by another model: it logs a warning (once per change of what it finds), ``doctor`` says
+it, and the other orgs are embedded as usual; ``sibyl-pg embed --model NAME [--org ORG]``
+replaces them, a deliberate act.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -64,10 +65,11 @@ async def embed_due(
     threads: int | None = None,
     model: models.Embedder | None = None,
     orgs: list[str] | None = None,
+    skip_orgs: Sequence[str] = (),
 ) -> int:
-    """Embed every due memory of ``engine``'s database (of ``orgs`` only, when given); return
-    how many were embedded. ``progress(done, due)`` is called after each batch; ``model``: the
-    embedder to use (default: ``model_name``'s). Raises
+    """Embed every due memory of ``engine``'s database (of ``orgs`` only, when given; never of
+    ``skip_orgs``); return how many were embedded. ``progress(done, due)`` is called after
+    each batch; ``model``: the embedder to use (default: ``model_name``'s). Raises
     :class:`~app.core.embedder.EmbedderUnavailable` when the model cannot run here."""
     model = model or models.embedder(model_name, threads)
     async with engine.connect() as conn:
@@ -77,7 +79,9 @@ async def embed_due(
     done = 0
     while True:
         async with engine.connect() as conn:
-            memories = await repo.due(conn, model=model.name, batch=batch, orgs=orgs)
+            memories = await repo.due(
+                conn, model=model.name, batch=batch, orgs=orgs, skip_orgs=skip_orgs
+            )
             docs = await repo.documents(conn, memories)
         if not memories:
             return done
@@ -141,7 +145,7 @@ class EmbeddingWorker(OwnEngine):
         super().__init__(engine)
         self.interval_s = interval_s
         self.model_name = model_name
-        self._others: dict[str, int] = {}  # what the last tick found by other models
+        self._others: dict[str, dict[str, int]] = {}  # what the last tick found, by org
 
     async def tick(self) -> int:
         """One look: embed every due memory (0 when another process holds the worker's lock,
@@ -160,18 +164,21 @@ class EmbeddingWorker(OwnEngine):
             others = await repo.other_models(conn, model=name)
             if others != self._others and others:
                 log.warning(
-                    "semantic lane: not writing vectors by %s in the background: the database "
-                    "holds vectors by %s; `sibyl-pg embed --model %s` replaces them, or start "
-                    "the service with that SIBYL_EMBEDDER",
+                    "semantic lane: not writing vectors by %s in the background for %s: their "
+                    "memories hold vectors by another model; `sibyl-pg embed --model %s --org "
+                    "ORG` replaces them, or start the service with that SIBYL_EMBEDDER",
                     name,
-                    ", ".join(f"{m} ({n} memories)" for m, n in others.items()),
+                    "; ".join(
+                        f"{org} ({', '.join(f'{m}: {n} memories' for m, n in by.items())})"
+                        for org, by in others.items()
+                    ),
                     self.model_name,
                 )
             self._others = others
             await conn.commit()
-            if others:
-                return 0
-            return await embed_due(engine, model_name=self.model_name, threads=1)
+            return await embed_due(
+                engine, model_name=self.model_name, threads=1, skip_orgs=list(others)
+            )
 
     async def run(self) -> None:
         """Tick until cancelled, logging what each tick embedded."""
