@@ -315,6 +315,26 @@ async def test_rows_a_reader_cannot_read_never_decide_how_a_word_is_searched(eng
         assert with_hidden.filters["words"] == without.filters["words"]
 
 
+async def test_a_scanned_word_keeps_its_strongest_matches_wherever_rows_lie(engine):
+    """A word without impact lists is found by a scan that a GIN index gives in the table's
+    physical order: with more readable matches than a scan keeps, the strongest are kept
+    (highest contribution), not the first met. Three strong matches written after 250 weak
+    ones come first, and the lane says the bound cut the rest."""
+    org, sfx = "org_scan_" + secrets.token_hex(4), secrets.token_hex(3)
+    records = org_records(org, sfx, {"ann": "member"})
+    records += [
+        _ent(org, sfx, f"weak_{i:03d}", f"Weak {i}", f"osprey {SECTION}") for i in range(250)
+    ]
+    records += [
+        _ent(org, sfx, f"strong_{i}", f"Strong {i}", "osprey osprey osprey osprey")
+        for i in range(3)
+    ]
+    await import_dicts(engine, records)  # not counted: no impact lists, the word is scanned
+    got = await search_as(engine, f"user_ann_{sfx}", SearchRequest(query="osprey", limit=5))
+    assert {r.id for r in got.results[:3]} == {"strong_0", "strong_1", "strong_2"}
+    assert got.filters["candidates_capped"] is True
+
+
 async def test_paging_has_no_gaps_for_a_reader_who_cannot_see_some_matches(engine, client):
     keys = await _rules(engine, omit=None)
     everything = (await _search(client, keys["eve"], query=WORD, limit=50))["results"]

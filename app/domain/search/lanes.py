@@ -67,6 +67,7 @@ async def run_lanes(
                 cap=settings.candidate_cap,
                 word_cap=settings.word_cap,
                 scan_limit=settings.scan_limit,
+                scan_read=settings.scan_read,
             ),
             scoring=query.scoring,
         )

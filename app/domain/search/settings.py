@@ -65,7 +65,12 @@ class SearchSettings:
     word_cap: int = 200
     """Candidates one word brings from its impact lists; also the length of those lists."""
     scan_limit: int = 200
-    """Matches a word without lists reads per table (memories, passages)."""
+    """Matches of a word without lists kept per table (memories, passages): those of highest
+    contribution among the ``scan_read`` read."""
+    scan_read: int = 800
+    """Matches of a word without lists read per table (in the index's physical order) before
+    the best ``scan_limit`` are kept: the cut is by contribution unless a word has more
+    readable matches than this."""
 
     # stages after fusion
     rerank: bool = True

@@ -7,8 +7,12 @@ The statement, step by step (its CTEs):
   the word's scarcest lexeme when the word takes the impact lists (null: it takes the scan).
 - ``scanned``: a word without lists finds its readable matches through the GIN indexes of
   ``entities.search_tsv`` and ``passages.search_tsv`` (every filter and the read rule in the arm,
-  a passage probing its parent), each arm stopping after ``:scan_limit + 1`` rows; each match
-  carries its term contribution (BM25's saturation of the word's frequency in it).
+  a passage probing its parent); each match carries its term contribution (BM25's saturation of
+  the word's frequency in it). Each arm reads at most ``:scan_read`` matches (a GIN index gives
+  them in the table's physical order) and keeps the ``:scan_limit + 1`` of highest
+  contribution (then id): a cut by contribution, never by where rows lie (which rows the reader
+  cannot read, and inserts of others, move), unless a word has more readable matches than
+  ``:scan_read``.
 - ``listed``: a word with lists takes, from the current impact lists of the reader's fresh
   audiences (every document of an audience is one each of its readers may read), the
   ``:word_cap`` entries of highest contribution (the request's type filter applied first).
@@ -77,21 +81,29 @@ WITH words AS (  -- the query's words, their weights, lexemes and path (lists or
          WITH ORDINALITY AS w(word, idf, list_lexeme, ord)
     WHERE numnode(plainto_tsquery('english', w.word)) > 0
 ),
-scanned AS (  -- a word without lists: its readable matches, each arm up to :scan_limit + 1
+scanned AS (  -- a word without lists: its readable matches, each arm reading up to
+    -- :scan_read of them and keeping the :scan_limit + 1 of highest contribution
     SELECT w.ord, w.idf, m.*, count(*) OVER (PARTITION BY w.ord, m.arm) AS n
     FROM words w
     CROSS JOIN LATERAL (
-        (SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
-                {_contribution("t.search_tsv")} AS contribution
-         FROM entities t {_word_tf("t.search_tsv")}
-         WHERE w.list_lexeme IS NULL
-           AND t.org_id = :r_org AND t.search_tsv @@ w.tsq AND {MEMORY_FILTER}
+        (SELECT r.* FROM (
+            SELECT t.id, CAST(NULL AS text) COLLATE "C" AS parent_id, t.type, 'memory' AS arm,
+                   {_contribution("t.search_tsv")} AS contribution
+            FROM entities t {_word_tf("t.search_tsv")}
+            WHERE w.list_lexeme IS NULL
+              AND t.org_id = :r_org AND t.search_tsv @@ w.tsq AND {MEMORY_FILTER}
+            LIMIT :scan_read) r
+         ORDER BY r.contribution DESC NULLS LAST, r.id
          LIMIT :scan_limit + 1)
       UNION ALL
-        (SELECT p.id, p.parent_id, t.type, 'passage', {_contribution("p.search_tsv")}
-         FROM passages p {PARENT_OF_P} {_word_tf("p.search_tsv")}
-         WHERE w.list_lexeme IS NULL
-           AND p.org_id = :r_org AND p.search_tsv @@ w.tsq AND {PASSAGE_FILTER}
+        (SELECT r.* FROM (
+            SELECT p.id, p.parent_id, t.type, 'passage' AS arm,
+                   {_contribution("p.search_tsv")} AS contribution
+            FROM passages p {PARENT_OF_P} {_word_tf("p.search_tsv")}
+            WHERE w.list_lexeme IS NULL
+              AND p.org_id = :r_org AND p.search_tsv @@ w.tsq AND {PASSAGE_FILTER}
+            LIMIT :scan_read) r
+         ORDER BY r.contribution DESC NULLS LAST, r.id
          LIMIT :scan_limit + 1)
     ) m
 ),
@@ -236,11 +248,13 @@ class TextHit:
 @dataclass(frozen=True)
 class Bounds:
     """The full-text lane's bounds: ``cap`` candidates scored, ``word_cap`` list entries a word
-    takes, ``scan_limit`` matches a scan arm reads (per word and table)."""
+    takes, ``scan_limit`` matches a scan arm keeps (per word and table) of the ``scan_read`` it
+    reads at most."""
 
     cap: int
     word_cap: int
     scan_limit: int
+    scan_read: int
 
 
 @dataclass(frozen=True)
@@ -302,6 +316,7 @@ async def fulltext(
                 "cap": bounds.cap,
                 "word_cap": bounds.word_cap,
                 "scan_limit": bounds.scan_limit,
+                "scan_read": max(bounds.scan_read, bounds.scan_limit + 1),
                 "private_share": private_share(bounds.scan_limit, list_lexemes),
                 **scoring.params(),
             },
