@@ -436,7 +436,7 @@ async def test_an_org_without_vectors_costs_no_query_vector(vec_engine, monkeypa
     made: list[str] = []
     real = semantic_lane.query_vector
 
-    async def counted(model: str, text: str, reader) -> list[float]:  # type: ignore[no-untyped-def]
+    async def counted(model: str, text: str, reader) -> list[float]:
         made.append(text)
         return await real(model, text, reader)
 
@@ -589,8 +589,8 @@ def _watch_encodes(monkeypatch: pytest.MonkeyPatch, engine: AsyncEngine) -> list
     real = model.encode
     seen: list[tuple[str, int]] = []
 
-    def encode(texts):  # type: ignore[no-untyped-def]
-        seen.extend((t, engine.pool.checkedout()) for t in texts)  # type: ignore[attr-defined]
+    def encode(texts):
+        seen.extend((t, engine.pool.checkedout()) for t in texts)
         return real(texts)
 
     monkeypatch.setattr(model, "encode", encode)
@@ -677,7 +677,7 @@ async def test_without_pgvector_a_search_is_one_snapshot_and_makes_no_vector(eng
     seen = _watch_encodes(monkeypatch, engine)
     sent: list[str] = []
 
-    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    def record(conn, cursor, statement, parameters, context, executemany):
         sent.append(statement)
 
     event.listen(engine.sync_engine, "before_cursor_execute", record)
@@ -813,14 +813,14 @@ async def test_a_burst_past_the_query_models_queue_is_answered_without_re_rankin
     model = models.embedder(models.HASHING)
     real, release = model.encode, threading.Event()
 
-    def held(texts):  # type: ignore[no-untyped-def]
+    def held(texts):
         release.wait(30)
         return real(texts)
 
     monkeypatch.setattr(model, "encode", held)
     monkeypatch.setattr(semantic_lane, "QUERY_QUEUE_MAX", 2)
 
-    def ask(word: str):  # type: ignore[no-untyped-def]
+    def ask(word: str):
         request = SearchRequest(query=f"kelp forests {word} {sfx}")
         return asyncio.ensure_future(search_for_key(vec_engine, ann, request, SERVICE))
 
