@@ -734,6 +734,15 @@ async def test_the_worker_leaves_vectors_by_another_model_alone(vec_engine, capl
             )
         await import_dicts(vec_engine, [memory_record(org, sfx, "newer", "Newer", "kelp")])
         assert await worker.tick() == 1  # no other model's vectors that count: it keeps up
+        async with vec_engine.begin() as conn:  # stale vectors by another model block nothing
+            await conn.execute(
+                text(
+                    "UPDATE embedding_state SET model = 'other-model', revision = revision - 1 "
+                    "WHERE org_id = :o AND memory_id = 'new'"
+                ),
+                {"o": org},
+            )
+        assert await worker.tick() == 1  # 'new' is due (stale), and the org is not skipped
         async with vec_engine.connect() as conn:
             rows = (await conn.execute(state, {"o": org})).all()
         assert dict(tuple(r) for r in rows) == {
@@ -793,6 +802,8 @@ def test_embed_with_org_writes_only_that_orgs_vectors(pg16, monkeypatch):
         every = CliRunner().invoke(cli, ["embed", "--model", models.HASHING])
         assert every.exit_code == 0, every.output
         assert asyncio.run(embedded()) == {orgs[0]: 2, orgs[1]: 2}
+        typo = CliRunner().invoke(cli, ["embed", "--model", models.HASHING, "--org", "org_nope"])
+        assert typo.exit_code == 2 and "no such org: org_nope" in typo.output
     finally:
         get_settings.cache_clear()
 

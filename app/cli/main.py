@@ -488,6 +488,11 @@ def embed(
                 async with engine.connect() as conn:
                     if not await tables_present(conn):
                         raise EmbedderUnavailable(NO_PGVECTOR)
+                    unknown = sorted(
+                        set(org or ()) - await embeddings_repo.known_orgs(conn, org or [])
+                    )
+                    if unknown:
+                        raise _err(f"no such org: {', '.join(unknown)}", 2)
                     due, _ = await embeddings_repo.due_count(conn, model=name, orgs=org or None)
                 with progress("embedding memories", due) as advance:
                     seen = 0

@@ -46,11 +46,16 @@ OTHER_MODELS_SQL = text(
     """/* sibyl:embed.other_models */
 SELECT s.org_id, s.model, count(*) AS memories
 FROM embedding_state s
-JOIN entities t ON t.org_id = s.org_id AND t.id = s.memory_id
+JOIN entities t ON t.org_id = s.org_id AND t.id = s.memory_id AND t.revision = s.revision
 WHERE s.model <> :model AND t.lifecycle <> 'retired'
   AND (CAST(:orgs AS text[]) IS NULL OR s.org_id = ANY(CAST(:orgs AS text[])))
 GROUP BY s.org_id, s.model
 ORDER BY s.org_id, s.model"""
+)
+
+KNOWN_ORGS_SQL = text(
+    """/* sibyl:embed.known_orgs */
+SELECT o.id FROM orgs o WHERE o.id = ANY(CAST(:orgs AS text[]))"""
 )
 
 DOCUMENTS_SQL = text(
@@ -143,13 +148,20 @@ async def due_count(
 async def other_models(
     conn: AsyncConnection, *, model: str, orgs: list[str] | None = None
 ) -> dict[str, dict[str, int]]:
-    """Org → model name → how many of the org's memories (not retired) hold vectors by that
-    model, for every model but ``model``, over ``orgs`` (None: every org)."""
+    """Org → model name → how many of the org's memories (not retired) hold current vectors (of
+    their revision) by that model, for every model but ``model``, over ``orgs`` (None: every
+    org). Stale vectors count for no model: they are due whatever the model."""
     rows = await conn.execute(OTHER_MODELS_SQL, {"model": model, "orgs": orgs})
     out: dict[str, dict[str, int]] = {}
     for r in rows:
         out.setdefault(r.org_id, {})[r.model] = int(r.memories)
     return out
+
+
+async def known_orgs(conn: AsyncConnection, orgs: Sequence[str]) -> set[str]:
+    """Which of ``orgs`` exist."""
+    rows = await conn.execute(KNOWN_ORGS_SQL, {"orgs": list(orgs)})
+    return set(rows.scalars())
 
 
 async def documents(conn: AsyncConnection, memories: Sequence[Due]) -> list[Document]:

@@ -792,9 +792,9 @@ def check_vectors(f: Facts, *, detail: bool) -> Check:
             advice=f"Search compares only vectors by {v.model}, and a serving process writes "
             "none in the background for an org whose memories hold vectors by another model "
             "(two servers with different SIBYL_EMBEDDER values would otherwise rewrite each "
-            f"other's); the other orgs are kept up as usual. Start the service with "
-            f"SIBYL_EMBEDDER={names[0]}, or replace them: `sibyl-pg embed --model {v.model}` "
-            "(`--org ORG` for one org).",
+            "other's); the other orgs are kept up as usual. Replace them: `sibyl-pg embed "
+            f"--model {v.model}` (`--org ORG` for one org); or, if {names[0]} is the model you "
+            f"want, start every serving process with SIBYL_EMBEDDER={names[0]}.",
             facts=facts,
         )
     if v.due:

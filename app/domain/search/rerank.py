@@ -109,7 +109,8 @@ async def rerank(
     similarity: dict[str, float] = {}
     if not missing:
         kept = semantic.has_query_vector(model, query.text, reader)
-        busy = None if kept else semantic.encoder_busy()
+        # here a pooled connection is held: make the vector only if a thread is free now
+        busy = None if kept else semantic.encoder_busy(queue=False)
         if busy is not None:  # a burst: answer now, in the fused order, rather than queue
             return folded, {"ran": False, "reason": busy}
         vector = await semantic.query_vector(model, query.text, reader)

@@ -94,10 +94,13 @@ _encoders = ThreadPoolExecutor(max_workers=QUERY_ENCODERS, thread_name_prefix="q
 _encoding = 0  # query vectors being made or waiting for a thread
 
 
-def encoder_busy() -> str | None:
-    """Why no more query vectors are taken now (:data:`QUERY_QUEUE_MAX` are being made or
-    wait), else None."""
-    if _encoding >= QUERY_QUEUE_MAX:
+def encoder_busy(*, queue: bool = True) -> str | None:
+    """Why no more query vectors are taken now, else None: :data:`QUERY_QUEUE_MAX` are being
+    made or wait; with ``queue`` False (a search inside its transaction, holding a pooled
+    connection), as soon as every :data:`QUERY_ENCODERS` thread is taken, so a connection never
+    waits in the queue."""
+    limit = QUERY_QUEUE_MAX if queue else QUERY_ENCODERS
+    if _encoding >= limit:
         return f"the query model is busy ({_encoding} query vectors wait for it)"
     return None
 
