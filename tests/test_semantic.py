@@ -486,7 +486,8 @@ async def test_vectors_of_another_model_are_never_compared(vec_engine):
     assert lane.results == [] and lane.filters["lanes"]["semantic"]["ran"] is True
     rerank = await _ask(vec_engine, ann, "kelp forests", SearchSettings(rerank=True))
     assert rerank.filters["rerank"]["reason"] == (
-        "2 of the first 2 memories have no vectors by minilm yet"
+        "2 of the first 2 memories have no vectors by minilm: 2 have vectors by hashing, which "
+        "no serving process replaces (sibyl-pg embed --model minilm)"
     )
 
 
@@ -912,3 +913,28 @@ async def test_one_memory_waiting_for_vectors_does_not_stop_vectors_made_ahead(
     after = await search_for_key(vec_engine, ann, SearchRequest(query=f"forests {sfx}"), SERVICE)
     assert after.filters["rerank"]["ran"] is False
     assert [c for _, c in seen] == [0, 0]  # both made ahead, with no connection held
+
+
+async def test_the_rerank_names_vectors_by_another_model_and_what_replaces_them(vec_engine):
+    """Vectors by another model are never compared, and no serving process replaces them: the
+    re-ranking's reason says so and names the command, rather than "not yet"."""
+    sfx, org = secrets.token_hex(3), "org_rrx_" + secrets.token_hex(4)
+    await _load(vec_engine, _near_and_far(org, sfx))
+    ann = await make_key(vec_engine, f"user_ann_{sfx}")
+    async with vec_engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE embedding_state SET model = 'other-model' "
+                "WHERE org_id = :o AND memory_id = 'near'"
+            ),
+            {"o": org},
+        )
+    got = await _ask(vec_engine, ann, "kelp forests cold water", RERANK)
+    assert got.filters["rerank"] == {
+        "ran": False,
+        "reason": "1 of the first 2 memories have no vectors by hashing: 1 have vectors by "
+        "other-model, which no serving process replaces (sibyl-pg embed --model hashing)",
+    }
+    await embed_due(vec_engine, model_name=models.HASHING)  # the deliberate replacement
+    again = await _ask(vec_engine, ann, "kelp forests cold water", RERANK)
+    assert again.filters["rerank"]["ran"] is True

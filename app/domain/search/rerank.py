@@ -105,7 +105,7 @@ async def rerank(
     ready = await semantic_repo.with_vectors(
         conn, reader_params=reader.params(), memory_ids=ids, model=name
     )
-    missing = len(ids) - ready
+    missing = len(ids) - ready.ready
     similarity: dict[str, float] = {}
     if not missing:
         kept = semantic.has_query_vector(model, query.text, reader)
@@ -123,10 +123,15 @@ async def rerank(
             if len(_short_of_vectors) > 4096:
                 _short_of_vectors.clear()
             _short_of_vectors[(reader.org_id, model)] = time.monotonic()
-        return folded, {
-            "ran": False,
-            "reason": f"{missing} of the first {len(head)} memories have no vectors by {name} yet",
-        }
+        reason = f"{missing} of the first {len(head)} memories have no vectors by {name}"
+        if ready.other:  # the worker leaves those alone: say what would bring them
+            reason += (
+                f": {ready.other} have vectors by {ready.other_model}, which no serving process"
+                f" replaces (sibyl-pg embed --model {model})"
+            )
+        else:
+            reason += " yet"
+        return folded, {"ran": False, "reason": reason}
     _short_of_vectors.pop((reader.org_id, model), None)
     top_text = max((r.text_rank or 0.0) for r, _ in head)
     scored = [

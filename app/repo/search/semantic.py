@@ -107,10 +107,12 @@ GROUP BY t.id"""
 
 RERANK_READY_SQL = text(
     f"""/* sibyl:search.rerank_ready */
-SELECT count(*) AS ready
+SELECT count(*) FILTER (WHERE s.model = :model) AS ready,
+       count(*) FILTER (WHERE s.model <> :model) AS other,
+       min(s.model) FILTER (WHERE s.model <> :model) AS other_model
 FROM entities t
 JOIN embedding_state s
-  ON s.org_id = t.org_id AND s.memory_id = t.id AND s.revision = t.revision AND s.model = :model
+  ON s.org_id = t.org_id AND s.memory_id = t.id AND s.revision = t.revision
 WHERE t.org_id = :r_org AND t.id = ANY(CAST(:ids AS text[])) AND {readable("t")}"""
 )
 
@@ -203,13 +205,25 @@ async def similarities(
     return {r.memory_id: float(r.similarity) for r in rows}
 
 
+@dataclass(frozen=True)
+class Ready:
+    """Of the memories asked about (that the reader may read): how many have current vectors by
+    the model in use (``ready``), how many by another model (``other``, the first such model's
+    name in ``other_model``)."""
+
+    ready: int
+    other: int
+    other_model: str | None
+
+
 async def with_vectors(
     conn: AsyncConnection, *, reader_params: dict[str, object], memory_ids: list[str], model: str
-) -> int:
-    """How many of ``memory_ids`` (the reader may read) have vectors of their current revision
-    by ``model`` (:data:`RERANK_READY_SQL`)."""
+) -> Ready:
+    """Which of ``memory_ids`` (the reader may read) have vectors of their current revision by
+    ``model``, and by another model (:data:`RERANK_READY_SQL`)."""
     params = {**reader_params, "ids": memory_ids, "model": model}
-    return int((await conn.execute(RERANK_READY_SQL, params)).scalar_one())
+    row = (await conn.execute(RERANK_READY_SQL, params)).one()
+    return Ready(int(row.ready), int(row.other), row.other_model)
 
 
 async def coverage(
