@@ -164,12 +164,11 @@ class Surface:
         self, ctx: Context, verb: Callable[[AsyncConnection, Reader], Awaitable[BaseModel]]
     ) -> CallToolResult:
         """Run ``verb`` through :func:`run_read` as REST does; a domain error is a tool error."""
-        try:
-            response = await run_read(self.engine(), self.key(ctx), verb)
-        except DomainError as exc:
-            logs.refused("MCP tool", exc)
-            return tool_error(exc.detail)
-        return tool_result(response)
+
+        async def unit(engine: AsyncEngine, key: str | None) -> BaseModel:
+            return await run_read(engine, key, verb)
+
+        return await self.for_key(ctx, unit)
 
     async def for_key(
         self, ctx: Context, verb: Callable[[AsyncEngine, str | None], Awaitable[BaseModel]]
