@@ -478,6 +478,7 @@ def embed(
     from app.service.workers.tick import session_lock
 
     name = model or get_settings().embedder
+    orgs = sorted(set(org)) if org else None  # None: every org
 
     async def go() -> int | None:
         engine = make_engine()
@@ -488,12 +489,11 @@ def embed(
                 async with engine.connect() as conn:
                     if not await tables_present(conn):
                         raise EmbedderUnavailable(NO_PGVECTOR)
-                    unknown = sorted(
-                        set(org or ()) - await embeddings_repo.known_orgs(conn, org or [])
-                    )
+                    known = await embeddings_repo.known_orgs(conn, orgs) if orgs else set()
+                    unknown = [o for o in orgs or () if o not in known]
                     if unknown:
                         raise _err(f"no such org: {', '.join(unknown)}", 2)
-                    due, _ = await embeddings_repo.due_count(conn, model=name, orgs=org or None)
+                    due, _ = await embeddings_repo.due_count(conn, model=name, orgs=orgs)
                 with progress("embedding memories", due) as advance:
                     seen = 0
 
@@ -502,9 +502,7 @@ def embed(
                         advance(done - seen)
                         seen = done
 
-                    return await embed_due(
-                        engine, model_name=name, progress=step_done, orgs=org or None
-                    )
+                    return await embed_due(engine, model_name=name, progress=step_done, orgs=orgs)
         finally:
             await engine.dispose()
 

@@ -50,18 +50,17 @@ async def wants_query_vector(
 ) -> bool:
     """Whether a search of ``text`` (normalised) by ``reader`` will likely ask for the query's
     vector, so that :func:`app.service.search.search_for_key` may make it before the search's
-    transaction (a pooled connection is then not held while the model runs). Likely when: the
-    re-ranking is on; the query model is not busy
-    (:func:`app.domain.search.semantic.encoder_busy`); vectors can be used here (no statement
-    once known); the org's last head in the past :data:`SHORT_OF_VECTORS_S` seconds did not
-    lack vectors for half its memories or more (as while the worker writes an import's first
-    vectors); and, by the reader's own word counts (``sibyl:search.words``), some word of the
-    query is in a document the reader reads, or the counts are not current (a query no readable
-    document holds a word of needs no vector). Only a guess: the stage decides, under the read
-    rule, and makes the vector itself when it was not made ahead."""
-    if not settings.rerank or semantic.encoder_busy() is not None:
-        return False
-    if await semantic.unavailable(conn, settings.embedder) is not None:
+    transaction (a pooled connection is then not held while the model runs). The caller has
+    checked, without a statement, that the re-ranking is on and vectors are usable here
+    (:func:`app.domain.search.semantic.known_usable`). Likely when, besides: the query model is
+    still not busy (:func:`app.domain.search.semantic.encoder_busy`); the org's last head in the
+    past :data:`SHORT_OF_VECTORS_S` seconds did not lack vectors for half its memories or more
+    (as while the worker writes an import's first vectors); and, by the reader's own word counts
+    (``sibyl:search.words``), some word of the query is in a document the reader reads, or the
+    counts are not current (a query no readable document holds a word of needs no vector). Only
+    a guess: the stage decides, under the read rule, and makes the vector itself when it was not
+    made ahead."""
+    if semantic.encoder_busy() is not None:
         return False
     since = _short_of_vectors.get((reader.org_id, settings.embedder))
     if since is not None and time.monotonic() - since < SHORT_OF_VECTORS_S:
