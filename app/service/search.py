@@ -3,9 +3,9 @@ transaction, the search in one read-only snapshot (:func:`app.service.session.ru
 
 **Why the vector comes first.** The re-ranking stage (:mod:`app.domain.search.rerank`) asks for
 the query's vector after the lexical lanes, inside the search's transaction. Encoding it costs
-10-40 ms of CPU on a 2-core host, and a burst of searches then held every pooled connection
-while they queued for the CPU: past the pool's wait, the rest were refused as "Database is
-saturated" (503). So where the search will likely need it (the re-ranking is on, this process
+10-40 ms of CPU on a 2-core host; made there, a burst of searches would hold every pooled
+connection while they queue for the CPU, and past the pool's wait the rest would be refused
+(503). So where the search will likely need it (the re-ranking is on, this process
 knows vectors are usable on the database, :func:`app.domain.search.semantic.known_usable`, and
 :func:`app.domain.search.rerank.wants_query_vector`), the key is authenticated in a short
 snapshot of its own, the vector is made with no connection held, and the search finds it kept

@@ -84,8 +84,8 @@ async def unavailable(conn: AsyncConnection, embedder: str, *, fresh: bool = Fal
 QUERY_ENCODERS = max(1, (os.cpu_count() or 2) // 2)
 """Threads that make query vectors (half the cores, at least one): a burst of searches queues
 for them instead of running a model call per request at once, so the event loop and the
-database keep the other cores (with one call per request, a burst of 200 searches on 2 cores
-starved the loop and the late ones timed out waiting for a pooled connection)."""
+database keep the other cores (a model call per request starves the loop, and requests waiting
+for a pooled connection time out)."""
 QUERY_QUEUE_MAX = 16 * QUERY_ENCODERS
 """The most query vectors made or waiting at once (about half a second of a 2-core host's
 work); a search that would need one more is answered without the re-ranking

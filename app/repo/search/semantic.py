@@ -14,7 +14,8 @@ the exact statement instead (never a short page for a reader who sees little).
 
 **Ready** (``sibyl:search.rerank_ready``), for the re-ranking stage: how many of the named
 memories the reader may read have vectors of their current revision by the model in use (the
-stage makes a query vector only when all have).
+stage makes a query vector only when all have), and how many by another model (which no
+serving process replaces: the stage's reason names it).
 
 **Similarity** (``sibyl:search.rerank``), for the re-ranking stage: of each named memory the
 reader may read, the greatest cosine similarity between the query's vector and a chunk vector of

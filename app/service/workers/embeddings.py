@@ -14,13 +14,12 @@ requests keep the other cores) when the semantic lane can run there (the extra i
 tables present); ``sibyl-pg embed`` embeds everything due with a progress bar (an import that
 should be searchable by meaning at once, the evaluation).
 
-**One model's vectors per org.** A memory whose vectors are by another model is due, so a
-process started with another ``SIBYL_EMBEDDER`` would once have rewritten every memory's
-vectors in the background, and two such processes on one database would have undone each other
-for ever. The background worker now leaves alone every org whose memories (not retired) hold
-vectors by another model: it logs a warning (once per change of what it finds), ``doctor`` says
-it, and the other orgs are embedded as usual; ``sibyl-pg embed --model NAME [--org ORG]``
-replaces them, a deliberate act.
+**One model's vectors per org.** The background worker leaves alone every org whose memories
+(not retired) hold current vectors by another model: it logs a warning (once per change of what
+it finds), ``doctor`` says it, and the other orgs are embedded as usual. A memory whose vectors
+are by another model is due, so without this a process started with another ``SIBYL_EMBEDDER``
+would rewrite them, and two such processes on one database would undo each other for ever;
+``sibyl-pg embed --model NAME [--org ORG]`` replaces them, a deliberate act.
 """
 
 from __future__ import annotations
