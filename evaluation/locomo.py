@@ -18,6 +18,9 @@ and questions, the way the data README of ``../shared/data/locomo`` says peers m
   sessions among the first k distinct sessions returned; MRR = 1 / the rank of the first
   answering session (0 when none is returned).
 - **Grep baseline** (:func:`grep_rank`): the README's floor, computed on the same bodies.
+- **Context exposure** (:func:`exposed_turns`): the share of a question's evidence turns whose
+  opening (:data:`EVIDENCE_CHARS` characters, whitespace and case folded) is in the Markdown of
+  the ``context`` pack asked with the question as its goal.
 
 Nothing here talks to the database; :mod:`evaluation.locomo_run` imports and asks.
 """
@@ -41,6 +44,10 @@ conversation as asked; reported apart from 1-4, as peers do)."""
 
 _SESSION_KEY = re.compile(r"^session_(\d+)$")
 _EVIDENCE = re.compile(r"^D(\d+):\d+$")
+EVIDENCE_CHARS = 120
+"""How much of an evidence turn's text must be in a context pack for the turn to count as
+exposed: its opening, enough to tell turns apart, so that a turn whose end a pack cut still
+counts."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,8 @@ class LocomoQuestion:
     question: str
     category: int
     answers: tuple[str, ...]
+    evidence: tuple[str, ...] = ()
+    """The texts of its evidence turns, whitespace-folded as in the session bodies."""
 
 
 def project_of(conversation: str) -> str:
@@ -106,6 +115,13 @@ def load_conversation(path: Path) -> tuple[list[Session], list[LocomoQuestion]]:
         sessions.append(Session(name, n, date, session_body(date, turns)))
     sessions.sort(key=lambda s: s.number)
     by_number = {s.number: s.id for s in sessions}
+    said = {
+        str(turn.get("dia_id", "")): " ".join(str(turn.get("text", "")).split())
+        for key, turns in data.items()
+        if _SESSION_KEY.match(key) and isinstance(turns, list)
+        for turn in turns
+        if isinstance(turn, dict)
+    }
     questions: list[LocomoQuestion] = []
     for i, qa in enumerate(data.get("qa", [])):
         answers: list[str] = []
@@ -123,9 +139,21 @@ def load_conversation(path: Path) -> tuple[list[Session], list[LocomoQuestion]]:
                 question=str(qa["question"]),
                 category=int(qa["category"]),
                 answers=tuple(answers),
+                evidence=tuple(
+                    said[e]
+                    for e in dict.fromkeys(str(ev).strip() for ev in qa.get("evidence", []))
+                    if said.get(e)
+                ),
             )
         )
     return sessions, questions
+
+
+def exposed_turns(evidence: Sequence[str], markdown: str) -> int:
+    """How many of ``evidence`` (turn texts) have their first :data:`EVIDENCE_CHARS` characters
+    in ``markdown``, both whitespace and case folded."""
+    text = " ".join(markdown.split()).casefold()
+    return sum(1 for t in evidence if " ".join(t.split()).casefold()[:EVIDENCE_CHARS] in text)
 
 
 def load(folder: Path) -> tuple[list[Session], list[LocomoQuestion]]:

@@ -7,6 +7,11 @@ question's conversation, each empty page is checked: if a readable session of th
 a word of the question (the database's own word match), the page must say the bound cut it
 (``filters.candidates_capped``); such a page that says nothing was cut is a *silent* empty page.
 The acceptance wants none of the first kind at all: every word is a way in.
+
+With ``with_context``, each question is also asked of ``context`` as its goal (default bounds),
+and the pack's Markdown is checked for the question's evidence turns
+(:func:`evaluation.locomo.exposed_turns`): per category, the mean share of a question's evidence
+turns exposed and the share of questions with every one exposed.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.db import read_tx
 from app.core.reader import Reader
-from app.domain.schemas import SearchRequest
+from app.domain.context import context_pack
+from app.domain.schemas import ContextRequest, SearchRequest
 from app.domain.search import SearchSettings, search
 from evaluation import locomo
 
@@ -55,6 +61,7 @@ class LocomoReport:
     silent_empty_pages: int | None = None
     search_ms_p50: float | None = None
     per_question: list[dict[str, Any]] = field(default_factory=list)
+    context: dict[str, dict[str, float | int]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The report as plain JSON."""
@@ -66,6 +73,7 @@ class LocomoReport:
             "silent_empty_pages": self.silent_empty_pages,
             "search_ms_p50": self.search_ms_p50,
             "per_question": self.per_question,
+            "context": self.context,
         }
 
 
@@ -78,16 +86,18 @@ async def run(
     pipeline: SearchSettings | None = None,
     baseline: bool = True,
     per_project: bool = True,
+    with_context: bool = False,
 ) -> LocomoReport:
     """Ask every question (see the module docstring); ``baseline``: also score the grep
     baseline; ``per_project``: also ask within each question's conversation and count the
-    empty pages."""
+    empty pages; ``with_context``: also measure the context pack of each question."""
     rows: list[tuple[int, locomo.Scored]] = []
     grep_rows: list[tuple[int, locomo.Scored]] = []
     documents = [(s.id, s.body) for s in sessions]
     per_question: list[dict[str, Any]] = []
     times: list[float] = []
     empty = holding = silent = 0
+    packs: list[tuple[int, float, bool]] = []  # category, share of evidence exposed, all of it
     for q in questions:
         started = time.perf_counter()
         async with read_tx(engine) as conn:
@@ -106,6 +116,14 @@ async def run(
                     locomo.score(q.answers, locomo.grep_rank(q.question, documents, LIMIT)),
                 )
             )
+        if with_context and q.evidence:
+            async with read_tx(engine) as conn:
+                pack = await context_pack(
+                    conn, reader, ContextRequest(goal=q.question), pipeline=pipeline
+                )
+            shown = locomo.exposed_turns(q.evidence, pack.markdown)
+            packs.append((q.category, shown / len(q.evidence), shown == len(q.evidence)))
+            per_question[-1]["context_evidence_exposed"] = shown
         if per_project:
             async with read_tx(engine) as conn:
                 own = await search(
@@ -141,4 +159,28 @@ async def run(
         silent_empty_pages=silent if per_project else None,
         search_ms_p50=round(times[len(times) // 2], 2) if times else None,
         per_question=per_question,
+        context=_context_summary(packs) if with_context else None,
     )
+
+
+def _context_summary(
+    packs: Sequence[tuple[int, float, bool]],
+) -> dict[str, dict[str, float | int]]:
+    """Per category (``"1"``..``"5"``) and for ``"1-4"``: ``{"questions", "evidence_exposed"
+    (the mean share of a question's evidence turns in its pack), "all_exposed" (the share of
+    questions with every evidence turn in it)}``."""
+    groups: dict[str, list[tuple[float, bool]]] = {}
+    for category, share, whole in packs:
+        groups.setdefault(str(category), []).append((share, whole))
+        if category in (1, 2, 3, 4):
+            groups.setdefault("1-4", []).append((share, whole))
+    out: dict[str, dict[str, float | int]] = {}
+    for name in [*sorted(k for k in groups if k != "1-4"), "1-4"]:
+        g = groups.get(name)
+        if g:
+            out[name] = {
+                "questions": len(g),
+                "evidence_exposed": round(sum(x for x, _ in g) / len(g), 4),
+                "all_exposed": round(sum(1 for _, w in g if w) / len(g), 4),
+            }
+    return out

@@ -215,6 +215,7 @@ async def run_eval(
                 pipeline=settings,
                 baseline=full,
                 per_project=full,
+                with_context=full and with_context,
             )
             return found.as_dict()
 
@@ -368,6 +369,13 @@ def render_locomo(report: dict[str, Any], console: Console) -> None:
             f"{found['empty_pages_holding_a_word']} of them where a session holds a word of "
             f"the question ({found['silent_empty_pages']} without candidates_capped); "
             f"search p50 {found['search_ms_p50']} ms"
+        )
+    shown = (found.get("context") or {}).get("1-4")
+    if shown:
+        console.print(
+            f"LoCoMo context packs (the question as goal), categories 1-4: "
+            f"{shown['evidence_exposed']:.1%} of the evidence turns in the Markdown, every one "
+            f"of a question's in {shown['all_exposed']:.1%} of the packs"
         )
 
 
