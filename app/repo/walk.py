@@ -19,13 +19,23 @@ distance, not a per-path one. A level is built in these steps (rule: bounded-wal
    passage: its parent's) and applies the read rule, the lifecycle rule and the project
    confinement **before** any cap, so an unreadable memory is neither a result nor a route, and
    hidden rows never eat the budget. What makes an arm useless for a node is checked once, above
-   the arm.
+   the arm. One exception: an ordinary node's edges one way when it has at most ``hop_cap`` of
+   them (most nodes), which no cap can cut, so the order they would be cut in does not matter:
+   they come unprobed (type NULL) and each entered node is probed in step 3, in answer order,
+   only as far as the level needs; a node that is not readable is then neither a result nor a
+   route, as before.
 2. ``best``: per unvisited node among rows ``ord <= hop_cap``, its best hop (highest weight,
-   then relationship name, outgoing before incoming, then predecessor id).
-3. ``lv``: the level in answer order (weight desc, id) by one top-N sort, one node more than it
-   keeps: a level before the last keeps its best ``:level_cap`` nodes (and at least
-   ``:limit + 1``) as the routes the next level expands; the last keeps the best ``:limit + 1``
-   of the asked types.
+   then relationship name, outgoing before incoming, then predecessor id). Readability belongs
+   to the node, not the hop, so choosing the hop before the probe changes nothing.
+3. ``first``, ``early``, ``lv``: the level in answer order (weight desc, id), each unprobed node
+   probed as it is reached. ``first`` takes its first ``:limit + 1`` nodes of the asked types;
+   at the last level that is the level, and before it (when no type is asked) it is all the
+   answer needs when, with the scores held before, it makes ``:limit + 1`` scores no deeper node
+   can beat (``early``: the walk stops after this level, and every node past them ranks after
+   all of them). Otherwise ``lv`` reads on, one node more than it keeps: a level before the last
+   keeps its best ``:level_cap`` nodes (and at least ``:limit + 1``) as the routes the next
+   level expands. A walk from ordinary seeds usually stops after its first level, so most of
+   its neighbours are never probed (docs/walk-plans.md).
 4. ``cut``: the best (score, distance, id) a dropped row or node could have had (and, before the
    last level, any deeper node); ``held``: the best ``:limit + 1`` scores of the asked types so
    far; ``done``: the early stop, once no deeper node can beat them.
@@ -201,7 +211,8 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
           ) i
         ) raw
         CROSS JOIN LATERAL (
-            (  -- an ordinary node's edges, both ways: each probed once, numbered per direction
+            (  -- an ordinary node's edges one way where it has more than lvl.hop_cap of them:
+               -- each probed here, numbered per direction, cut after lvl.hop_cap + 1
               SELECT c.id, c.relationship, c.dir_rank, c.weight, c.type, c.ord, c.exact
               FROM (
                 SELECT c.id, c.relationship, c.dir_rank, c.weight, t.type,
@@ -214,15 +225,32 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                   SELECT x.id, x.relationship, 0 AS dir_rank,
                          {WEIGHT.format(rel="x.relationship")} AS weight
                   FROM unnest(raw.out_ids, raw.out_rels) AS x(id, relationship)
-                  WHERE NOT raw.out_hub AND {allowed("x.relationship", "out_denied")}
+                  WHERE NOT raw.out_hub AND cardinality(raw.out_ids) > lvl.hop_cap
+                    AND {allowed("x.relationship", "out_denied")}
                   UNION ALL
                   SELECT x.id, x.relationship, 1, {WEIGHT.format(rel="x.relationship")}
                   FROM unnest(raw.in_ids, raw.in_rels) AS x(id, relationship)
-                  WHERE NOT raw.in_hub AND {allowed("x.relationship", "in_denied")}
+                  WHERE NOT raw.in_hub AND cardinality(raw.in_ids) > lvl.hop_cap
+                    AND {allowed("x.relationship", "in_denied")}
                 ) c
                 JOIN entities t ON t.org_id = lvl.org_id AND t.id = c.id AND {ENTER_LVL}
               ) c
               WHERE c.ord <= lvl.hop_cap + 1
+            )
+            UNION ALL (  -- an ordinary node's edges one way where it has at most lvl.hop_cap of
+              -- them: no cap can cut them, so they are not probed here but in answer order, only
+              -- as far as the level needs (`first`, `lv`); type NULL marks them
+              SELECT x.id, x.relationship, 0, {WEIGHT.format(rel="x.relationship")},
+                     CAST(NULL AS text), CAST(1 AS bigint), false
+              FROM unnest(raw.out_ids, raw.out_rels) AS x(id, relationship)
+              WHERE NOT raw.out_hub AND cardinality(raw.out_ids) <= lvl.hop_cap
+                AND {allowed("x.relationship", "out_denied")}
+              UNION ALL
+              SELECT x.id, x.relationship, 1, {WEIGHT.format(rel="x.relationship")},
+                     CAST(NULL AS text), CAST(1 AS bigint), false
+              FROM unnest(raw.in_ids, raw.in_rels) AS x(id, relationship)
+              WHERE NOT raw.in_hub AND cardinality(raw.in_ids) <= lvl.hop_cap
+                AND {allowed("x.relationship", "in_denied")}
             )
             UNION ALL
             {_hub_arm("out")}
@@ -302,27 +330,76 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
         WHERE v.id IS NULL  -- never re-enter a node of an earlier level (true BFS distance)
         ORDER BY c.id, c.weight DESC, c.relationship, c.dir_rank, c.pred
       ),
+      first AS MATERIALIZED (
+        -- step 3a: at the last level, or before it when no type is asked, the first :limit + 1
+        -- nodes of the asked types in answer order (weight desc, id). A node entered over an
+        -- unprobed hop (type NULL) is probed here, one by one in that order, only until the
+        -- LIMIT is reached: the read rule, lifecycle and project confinement of step 1
+        SELECT b.id, b.relationship, b.dir_rank, b.weight, b.pred, e.type
+        FROM (SELECT * FROM best ORDER BY best.weight DESC, best.id) b
+        CROSS JOIN LATERAL (
+          SELECT b.type WHERE b.type IS NOT NULL
+          UNION ALL
+          SELECT t.type FROM entities t
+          WHERE b.type IS NULL AND t.org_id = lvl.org_id AND t.id = b.id AND {ENTER_LVL}
+        ) e
+        WHERE (lvl.distance + 1 = :depth OR CAST(:types AS text[]) IS NULL)
+          AND (CAST(:types AS text[]) IS NULL OR e.type = ANY(CAST(:types AS text[])))
+        LIMIT :limit + 1
+      ),
+      early AS (
+        -- whether `first` is the whole level the answer needs: at the last level, or when (no
+        -- type asked) it holds no node, or its nodes with those held before make :limit + 1
+        -- scores no deeper node can beat: the walk stops after this level (`done`), and no node
+        -- past them can be in the answer (each ranks after all of them)
+        SELECT lvl.distance + 1 = :depth
+            OR (CAST(:types AS text[]) IS NULL
+                AND (NOT EXISTS (SELECT 1 FROM first)
+                     OR coalesce((
+                          SELECT x.score FROM (
+                            SELECT u.score FROM unnest(lvl.held) AS u(score)
+                            UNION ALL
+                            SELECT {SCORE.format(weight="f.weight", distance="lvl.distance + 1")}
+                            FROM first f
+                          ) x
+                          ORDER BY x.score DESC
+                          OFFSET :limit LIMIT 1
+                        ) >= {
+    SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")
+}, false))) AS yes
+      ),
       lv AS (
         -- step 3: the level in answer order (weight desc, id), one node more than it keeps
         -- (that one bounds the cut). The last level keeps only the best :limit + 1 nodes of
         -- the asked types (nothing deeper can use the others, and any other ranks after
         -- them); an earlier level keeps the best :level_cap nodes of any type as routes (the
         -- next level expands them), and at least :limit + 1 as answers (a level cap under the
-        -- limit stops the walk going deeper, never drops a node already found)
+        -- limit stops the walk going deeper, never drops a node already found). Where `early`
+        -- says `first` is all the answer needs, the level is `first`; else its nodes are probed
+        -- in the same order until the level's keep + 1 are found
         SELECT k.keep, b.ids, b.relationships, b.dir_ranks, b.weights, b.preds, b.types
         FROM (SELECT CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
                           ELSE :limit + 1 END AS keep) k
         CROSS JOIN LATERAL (
-          -- in the order of the sorted rows below (one top-N sort, no sort per array)
+          -- in the order of the rows below (one top-N sort, no sort per array)
           SELECT array_agg(b.id) AS ids, array_agg(b.relationship) AS relationships,
                  array_agg(b.dir_rank) AS dir_ranks, array_agg(b.weight) AS weights,
                  array_agg(b.pred) AS preds, array_agg(b.type) AS types
           FROM (
-            SELECT b.* FROM best b
-            WHERE lvl.distance + 1 < :depth
-               OR CAST(:types AS text[]) IS NULL OR b.type = ANY(CAST(:types AS text[]))
-            ORDER BY b.weight DESC, b.id
-            LIMIT k.keep + 1
+            SELECT f.* FROM first f WHERE (SELECT yes FROM early)
+            UNION ALL
+            (SELECT b.id, b.relationship, b.dir_rank, b.weight, b.pred, e.type
+             FROM (SELECT * FROM best ORDER BY best.weight DESC, best.id) b
+             CROSS JOIN LATERAL (
+               SELECT b.type WHERE b.type IS NOT NULL
+               UNION ALL
+               SELECT t.type FROM entities t
+               WHERE b.type IS NULL AND t.org_id = lvl.org_id AND t.id = b.id AND {ENTER_LVL}
+             ) e
+             WHERE NOT (SELECT yes FROM early)
+               AND (lvl.distance + 1 < :depth
+                    OR CAST(:types AS text[]) IS NULL OR e.type = ANY(CAST(:types AS text[])))
+             LIMIT k.keep + 1)
           ) b
         ) b
       ),
