@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from app.core.settings import PROJECT_ROOT
 from app.importers import ndjson
 from tests.builders import import_dicts
 from tests.team import Team, call, scalar
@@ -466,3 +468,57 @@ async def test_an_import_interrupted_after_its_write_counts_the_refused_lines(en
         else:
             assert said.startswith("every line was written, but the search statistics")
             assert await count(engine, t, "st") == 1100
+
+
+_LOADING = """\
+import runpy, sys, time
+
+
+class HoldAtTyper:
+    '''Holds the command while its modules load (at typer's import) until Ctrl-C.'''
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            print("loading", file=sys.stderr, flush=True)
+            time.sleep(600)
+        return None
+
+
+sys.meta_path.insert(0, HoldAtTyper())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def _checkout_env(database_url: str) -> dict[str, str]:
+    """The environment of a command run from this checkout: its ``app`` package first (the
+    editable install may point at another checkout's)."""
+    return {**os.environ, "DATABASE_URL": database_url, "PYTHONPATH": str(PROJECT_ROOT)}
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_not_a_traceback(database_url, tmp_path):
+    """Ctrl-C in the first half second of ``sibyl-pg import`` (its modules loading, before the
+    command's own handler runs) printed a ``KeyboardInterrupt`` traceback and the process died
+    of the signal. It says it was interrupted, exit 130; the pair: loaded, it imports."""
+    path = tmp_path / "in.ndjson"
+    path.write_text('{"kind": "org", "id": "org_loading", "name": "O"}\n')
+    held = subprocess.Popen(
+        [sys.executable, "-c", _LOADING, SIBYL, "import", str(path)],
+        env=_checkout_env(database_url),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert held.stderr is not None
+    assert held.stderr.readline() == "loading\n"  # it waits there until the signal
+    held.send_signal(signal.SIGINT)
+    _, stderr = held.communicate(timeout=120)
+    assert (held.returncode, stderr) == (130, "sibyl-pg: interrupted\n")
+    done = subprocess.run(
+        [SIBYL, "import", str(path)],
+        env=_checkout_env(database_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "org: 0 unchanged, 1 written" in done.stdout, done.stderr

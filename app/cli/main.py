@@ -3,31 +3,41 @@ without it the embedded PostgreSQL in the project's data folder is started and u
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import enum
-import importlib
-import logging
-import os
-import shutil
-import signal
 import sys
-import tempfile
-import time
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-from types import ModuleType
-from typing import IO, Annotated, Any, Literal
 
-import pydantic
-import typer
+INTERRUPTED_EXIT = 130
+"""The exit code of a command interrupted by Ctrl-C (128 + SIGINT, as the shell reports it)."""
 
-from app.cli.admin import register as register_admin_commands
-from app.cli.progress import port_in_use, progress, step
-from app.core.db import DATABASE_HINT, database_refusal, database_url, make_engine
-from app.core.errors import DomainError, Unavailable, causes
-from app.core.settings import get_settings
-from app.repo import housekeeping
+# Ctrl-C while these modules load (half a second, before main() and its handler run): one line
+# and exit 130, as in main(), not a KeyboardInterrupt traceback
+try:
+    import asyncio
+    import contextlib
+    import enum
+    import importlib
+    import logging
+    import os
+    import shutil
+    import signal
+    import tempfile
+    import time
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
+    from types import ModuleType
+    from typing import IO, Annotated, Any, Literal
+
+    import pydantic
+    import typer
+
+    from app.cli.admin import register as register_admin_commands
+    from app.cli.progress import port_in_use, progress, step
+    from app.core.db import DATABASE_HINT, database_refusal, database_url, make_engine
+    from app.core.errors import DomainError, Unavailable, causes
+    from app.core.settings import get_settings
+    from app.repo import housekeeping
+except KeyboardInterrupt:
+    sys.stderr.write("sibyl-pg: interrupted\n")
+    raise SystemExit(INTERRUPTED_EXIT) from None
 
 cli = typer.Typer(
     help="sibyl-pg: relational-graph memory for AI agents, on PostgreSQL.",
@@ -99,9 +109,6 @@ class OnError(enum.StrEnum):
 
 USAGE_EXIT = 2
 """The exit code of a command given options it cannot run with (as the option parser's)."""
-
-INTERRUPTED_EXIT = 130
-"""The exit code of a command interrupted by Ctrl-C (128 + SIGINT, as the shell reports it)."""
 
 REJECTED_EXIT = 3
 """The exit code of an import with ``--on-error skip`` that left lines out (0: every line
