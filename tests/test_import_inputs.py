@@ -443,19 +443,23 @@ class _CancelAtStatistics(_CancelWhileWriting):
 
 async def test_an_import_interrupted_after_its_write_counts_the_refused_lines(engine):
     """Interrupted in the statistics phase, a skip import said "every line was written" though
-    lines had been refused. It says how many were refused; the pair: with none refused, every
-    line."""
+    lines had been refused. It says how many were refused, each told once; the pair: with
+    none refused, every line."""
     for refused_one in (True, False):
         t = await Team().load(engine)
         recs = notes(t, 1100, "st")
         if refused_one:
             recs[7] = {**recs[7], "type": "passage"}
+        told: list[ndjson.Refusal] = []
 
-        async def interrupted(records: list[dict[str, Any]] = recs) -> None:
+        async def interrupted(
+            records: list[dict[str, Any]] = recs, out: list[ndjson.Refusal] = told
+        ) -> None:
             await ndjson.import_records(
                 engine,
                 ndjson.from_dicts(records),
                 on_error="skip",
+                on_refused=out.append,
                 progress=_CancelAtStatistics(after=10**9),
             )
 
@@ -465,9 +469,54 @@ async def test_an_import_interrupted_after_its_write_counts_the_refused_lines(en
         if refused_one:
             assert said.startswith("every line but the 1 refused ones (listed in the reject")
             assert await count(engine, t, "st") == 1099
+            assert [r.line for r in told] == [8]
         else:
             assert said.startswith("every line was written, but the search statistics")
             assert await count(engine, t, "st") == 1100
+
+
+def _with_malformed(recs: list[dict[str, Any]], before: dict[int, str]) -> str:
+    """``recs`` as NDJSON, with the raw line ``before[i]`` placed before record ``i``."""
+    return "".join(before.get(i, "") + json.dumps(r) + "\n" for i, r in enumerate(recs))
+
+
+@pytest.mark.parametrize("atomic", [True, False])
+async def test_an_interrupted_skip_import_lists_every_line_refused_so_far(engine, tmp_path, atomic):
+    """Ctrl-C during a skip import's write lost the lines refused while reading (not JSON)
+    beyond the last committed batch: all of them in an all-or-nothing import, where nothing
+    commits. Every line refused so far is told: those refused while reading, and those of the
+    committed batches; a line of the batch being written is neither written nor told."""
+    t = await Team().load(engine)
+    recs = notes(t, 300, "rf")
+    for i in (10, 120, 260):  # a refused rule in batch 1, 2 (committed) and 3 (interrupted)
+        recs[i] = {**recs[i], "type": "passage"}
+    path = tmp_path / "rf.ndjson"
+    path.write_text(_with_malformed(recs, {0: "{\n", 150: "[1]\n", 280: "not json\n"}))
+    told: list[ndjson.Refusal] = []
+
+    async def interrupted() -> None:
+        await ndjson.import_records(
+            engine,
+            ndjson.read_file(path, lenient=True),
+            batch_size=100,
+            atomic=atomic,
+            on_error="skip",
+            on_refused=told.append,
+            progress=_CancelWhileWriting(after=150 if atomic else 250),
+        )
+
+    with pytest.raises(ndjson.ImportInterrupted) as caught:
+        await asyncio.create_task(interrupted())
+    malformed = [1, 152, 283]  # each shifts the lines after it by one
+    if atomic:
+        assert str(caught.value) == "nothing of the file was written"
+        assert [(r.line, r.rule) for r in told] == [(n, "malformed") for n in malformed]
+        assert await count(engine, t, "rf") == 0
+    else:
+        assert str(caught.value).startswith("lines 1-202 were committed")
+        assert [r.line for r in told] == [1, 12, 122, 152, 283]
+        assert await count(engine, t, "rf") == 198
+    assert len({r.line for r in told}) == len(told)
 
 
 _LOADING = """\

@@ -534,20 +534,21 @@ def _report(
     on_refused: Callable[[Refusal], None] | None,
     *,
     through: int | None = None,
-) -> list[Refusal]:
+) -> None:
     """Count by rule and give to ``on_refused``, in line order, the refusals of lines up to
-    ``through`` (None: all of them); return the others."""
+    ``through`` (None: all of them), taking them out of ``refused``."""
     refused.sort(key=lambda r: r.line)
     cut = (
         len(refused)
         if through is None
         else next((i for i, r in enumerate(refused) if r.line > through), len(refused))
     )
-    summary.rejected.update(r.rule for r in refused[:cut])
+    told = refused[:cut]
+    del refused[:cut]
+    summary.rejected.update(r.rule for r in told)
     if on_refused is not None:
-        for refusal in refused[:cut]:
+        for refusal in told:
             on_refused(refusal)
-    return refused[cut:]
 
 
 def _no_progress(_n: int) -> None:
@@ -642,13 +643,15 @@ async def import_records(
     the whole input first, so the producer vouches that no key appears twice: a repeated key
     raises ``ValueError`` naming both lines (nothing is written).
 
-    Cancelled (Ctrl-C), it raises :class:`ImportInterrupted` saying what stays written.
+    Cancelled (Ctrl-C), it raises :class:`ImportInterrupted` saying what stays written, once
+    ``on_refused`` has every line refused so far: those read, and those of the committed
+    transactions (the lines of the one cancelled are neither written nor judged).
     """
     summary = ImportSummary()
-    with _interruption_says_what_stays(summary):
+    refused: list[Refusal] = []  # read, or of a committed transaction: not yet told
+    with _interruption_says_what_stays(summary, refused, on_refused):
         display: Progress = progress or _Silent()
         skip = on_error == "skip"
-        refused: list[Refusal] = []
         started = time.perf_counter()
         transactions: Iterable[Iterable[list[tuple[int, Record]]]]  # each: the batches it writes
         earlier = _Earlier({}, {})  # with skip: what a later line overrode (see _fallbacks)
@@ -708,7 +711,7 @@ async def import_records(
                 summary.relationships.update(relationships)
                 refused += found
                 if summary.committed is not None:  # told as their batch commits: kept on Ctrl-C
-                    refused = _report(refused, summary, on_refused, through=summary.committed)
+                    _report(refused, summary, on_refused, through=summary.committed)
                 summary.orgs.update(o for _, rec in written if (o := getattr(rec, "org", None)))
                 summary.kinds.update(rec.kind for _, rec in written)
             summary.written = True
@@ -742,16 +745,23 @@ async def import_records(
 
 
 @contextlib.contextmanager
-def _interruption_says_what_stays(summary: ImportSummary) -> Iterator[None]:
+def _interruption_says_what_stays(
+    summary: ImportSummary,
+    refused: list[Refusal],
+    on_refused: Callable[[Refusal], None] | None,
+) -> Iterator[None]:
     """Inside the block, a cancellation (Ctrl-C) ends as :class:`ImportInterrupted` saying what
     stays written, whatever the cancellation raised on its way out (a connection invalidated
-    mid-statement cannot roll back)."""
+    mid-statement cannot roll back), once the lines refused so far and not yet told
+    (``refused``: those read, and those of committed transactions; not those of the
+    transaction cancelled, which wrote nothing) are given to ``on_refused``."""
     try:
         yield
     except BaseException:
         task = asyncio.current_task()
         if task is None or not task.cancelling():
             raise
+        _report(refused, summary, on_refused)
         raise ImportInterrupted(_outcome(summary)) from None
 
 
