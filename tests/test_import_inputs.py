@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.core.settings import PROJECT_ROOT
 from app.importers import ndjson
@@ -571,3 +572,80 @@ def test_ctrl_c_while_the_command_loads_is_one_line_not_a_traceback(database_url
         timeout=120,
     )
     assert done.returncode == 0 and "org: 0 unchanged, 1 written" in done.stdout, done.stderr
+
+
+async def test_ctrl_c_during_a_skip_import_keeps_every_refused_line_in_the_reject_file(
+    engine, database_url, tmp_path
+):
+    """Ctrl-C during ``sibyl-pg import --on-error skip --commit-batches`` left in the reject
+    file only the refused lines of the committed batches: the lines refused while reading
+    after them were lost, and the message did not say where the list was. Interrupted while
+    a batch waits for a row lock (held here, so the signal lands mid-write however slow the
+    machine), the reject file holds every line refused so far, each whole, and one line says
+    what was committed and where the refused lines are, exit 130; the pair: run again
+    uninterrupted, it lists every refused line."""
+    t = await Team().load(engine)
+    recs = notes(t, 300, "ck")  # batches 1-3, in project p1: committed
+    recs += [
+        {**r, "project": "p2", "owner": t.u("own")} for r in notes(t, 100, "cq")
+    ]  # batch 4, in p2: it waits for the lock on p2
+    for i in (10, 250, 350):
+        recs[i] = {**recs[i], "type": "passage"}
+    path = tmp_path / "ck.ndjson"
+    path.write_text(_with_malformed(recs, {5: "{\n", 320: "[1]\n", 399: "not json\n"}))
+    target = tmp_path / "ck.rejects.ndjson"
+    args = [SIBYL, "import", str(path), "--on-error", "skip", "--commit-batches"]
+    args += ["--batch-size", "100", "--rejects", str(target)]
+    said = tmp_path / "stderr.txt"
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("SELECT 1 FROM projects WHERE org_id = :o AND id = 'p2' FOR UPDATE"),
+            {"o": t.org},
+        )
+        with said.open("w") as stderr:
+            held = subprocess.Popen(
+                args, env=_checkout_env(database_url), stdout=subprocess.DEVNULL, stderr=stderr
+            )
+        try:
+            async with asyncio.timeout(300):  # a bound for a hang, not a measure
+                while not await scalar(
+                    engine,
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND query LIKE '%import.projects_found%'",
+                ):
+                    assert held.poll() is None, said.read_text()
+                    await asyncio.sleep(0.1)
+            held.send_signal(signal.SIGINT)
+            await asyncio.to_thread(held.wait, 120)
+        finally:
+            if held.poll() is None:
+                held.kill()
+    stderr_text = said.read_text()
+    assert held.returncode == 130 and "Traceback" not in stderr_text, stderr_text
+    assert stderr_text.splitlines()[-1] == (
+        "error: import interrupted: lines 1-301 were committed; nothing from line 302 on was"
+        f" written; 5 lines refused so far, listed in {target}"
+    )
+    text_of = target.read_text()
+    assert text_of.endswith("\n")
+    listed = [json.loads(x) for x in text_of.splitlines()]
+    assert [(r["line"], r["rule"]) for r in listed] == [
+        (6, "malformed"),
+        (12, "reserved type"),
+        (252, "reserved type"),
+        (322, "malformed"),
+        (402, "malformed"),
+    ]
+    assert await count(engine, t, "ck") == 298
+    done = subprocess.run(
+        args, env=_checkout_env(database_url), capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 3, done.stderr
+    assert [json.loads(x)["line"] for x in target.read_text().splitlines()] == [
+        6,
+        12,
+        252,
+        322,
+        353,
+        402,
+    ]

@@ -180,7 +180,7 @@ def import_(
         out = None
         if skip:  # opened now: a path it cannot write stops the import before any work
             try:  # line-buffered: a refused line is in the file once its batch is committed
-                out = _RejectFile(target.open("w", encoding="utf-8", buffering=1))
+                out = _RejectFile(target.open("w", encoding="utf-8", buffering=1), target)
                 stack.callback(out.close)
             except OSError as exc:
                 raise _err(f"cannot write the reject file {target}: {exc.strerror}") from None
@@ -227,20 +227,31 @@ def _nothing_written_if_interrupted() -> Iterator[None]:
 
 
 class _RejectFile:
-    """The reject file of an ``--on-error skip`` import: one JSON object a refused line. A write
-    that fails (a full disk) is kept in ``error``, not raised: the import goes on and the
-    command says what was written and that the list was not."""
+    """The reject file ``path`` of an ``--on-error skip`` import: one JSON object a refused line
+    (``lines`` of them written). A write that fails (a full disk) is kept in ``error``, not
+    raised: the import goes on and the command says what was written and that the list was
+    not."""
 
-    def __init__(self, out: IO[str]) -> None:
+    def __init__(self, out: IO[str], path: Path) -> None:
         self.out = out
+        self.path = path
+        self.lines = 0
         self.error: OSError | None = None
 
     def write(self, refusal: Any) -> None:
         if self.error is None:
             try:
                 print(refusal.to_json(), file=self.out)
+                self.lines += 1
             except OSError as exc:
                 self.error = exc
+
+    def listed(self) -> str:
+        """What the file lists, in words (an interrupted import's message)."""
+        if self.error is not None:
+            return f"the reject file {self.path} could not be written ({self.error.strerror})"
+        said = "1 line" if self.lines == 1 else f"{self.lines} lines"
+        return f"{said} refused so far, listed in {self.path}"
 
     def close(self) -> None:
         try:
@@ -338,7 +349,8 @@ def _run_import(
         more = f"; {exc.more} more lines of that step were refused" if exc.more else ""
         raise _err(f"import stopped at {exc} ({exc.outcome()}{more})") from None
     except ndjson.ImportInterrupted as exc:
-        raise _err(f"import interrupted: {exc}", INTERRUPTED_EXIT) from None
+        listed = f"; {rejects.listed()}" if rejects is not None else ""
+        raise _err(f"import interrupted: {exc}{listed}", INTERRUPTED_EXIT) from None
     # the import is done: a Ctrl-C from here on would only turn its exit status into 130
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     typer.echo(summary.render())
