@@ -540,6 +540,14 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """In the child before it runs: SIGINT's default action, as a command started at a terminal
+    has it. A suite started in the background by a shell without job control (``cmd &``, as CI
+    runners may start it) passes SIGINT on ignored, and Python then installs no handler: the
+    test's Ctrl-C would be lost and the child never end."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _checkout_env(database_url: str) -> dict[str, str]:
     """The environment of a command run from this checkout: its ``app`` package first (the
     editable install may point at another checkout's)."""
@@ -558,6 +566,7 @@ def test_ctrl_c_while_the_command_loads_is_one_line_not_a_traceback(database_url
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
     )
     assert held.stderr is not None
     assert held.stderr.readline() == "loading\n"  # it waits there until the signal
@@ -604,7 +613,11 @@ async def test_ctrl_c_during_a_skip_import_keeps_every_refused_line_in_the_rejec
         )
         with said.open("w") as stderr:
             held = subprocess.Popen(
-                args, env=_checkout_env(database_url), stdout=subprocess.DEVNULL, stderr=stderr
+                args,
+                env=_checkout_env(database_url),
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                preexec_fn=_ctrl_c_as_at_a_terminal,
             )
         try:
             async with asyncio.timeout(300):  # a bound for a hang, not a measure
