@@ -158,6 +158,33 @@ def _hub_arm(direction: str) -> str:
             )"""
 
 
+def _unprobed(direction: str) -> str:
+    """SQL: an ordinary node's edges one way (``out`` or ``in``) where it has at most
+    ``lvl.hop_cap`` of them, unprobed (type NULL, ``ord`` 1): see step 1 of the module
+    docstring."""
+    return f"""SELECT x.id, x.relationship, {0 if direction == "out" else 1},
+                     {WEIGHT.format(rel="x.relationship")},
+                     CAST(NULL AS text), CAST(1 AS bigint), false
+              FROM unnest(raw.{direction}_ids, raw.{direction}_rels) AS x(id, relationship)
+              WHERE NOT raw.{direction}_hub AND cardinality(raw.{direction}_ids) <= lvl.hop_cap
+                AND {allowed("x.relationship", f"{direction}_denied")}"""
+
+
+_IN_ANSWER_ORDER = f"""(SELECT * FROM best ORDER BY best.weight DESC, best.id) b
+        CROSS JOIN LATERAL (  -- a node entered over an unprobed hop is probed as it is reached
+          SELECT b.type WHERE b.type IS NOT NULL
+          UNION ALL
+          SELECT t.type FROM entities t
+          WHERE b.type IS NULL AND t.org_id = lvl.org_id AND t.id = b.id AND {ENTER_LVL}
+        ) e"""
+"""SQL: the level's nodes (``best``) in answer order as ``b``, each with its type as ``e``: a node
+entered over an unprobed hop (type NULL) probed with the read rule, lifecycle and project
+confinement of step 1, one by one as the reading query takes rows (under its LIMIT); a node
+that fails them gives no row. Read by ``first`` and by ``lv``."""
+_DEEPER = SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")
+"""SQL: the best score any node at the next level's next distance could have."""
+
+
 # The walk's CTEs (walk, nodes, top, flags) and its answer (the rows of `top` with what the
 # response shows of each), shared by WALK_SQL and KEYED_WALK_SQL.
 WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
@@ -240,17 +267,9 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
             UNION ALL (  -- an ordinary node's edges one way where it has at most lvl.hop_cap of
               -- them: no cap can cut them, so they are not probed here but in answer order, only
               -- as far as the level needs (`first`, `lv`); type NULL marks them
-              SELECT x.id, x.relationship, 0, {WEIGHT.format(rel="x.relationship")},
-                     CAST(NULL AS text), CAST(1 AS bigint), false
-              FROM unnest(raw.out_ids, raw.out_rels) AS x(id, relationship)
-              WHERE NOT raw.out_hub AND cardinality(raw.out_ids) <= lvl.hop_cap
-                AND {allowed("x.relationship", "out_denied")}
+              {_unprobed("out")}
               UNION ALL
-              SELECT x.id, x.relationship, 1, {WEIGHT.format(rel="x.relationship")},
-                     CAST(NULL AS text), CAST(1 AS bigint), false
-              FROM unnest(raw.in_ids, raw.in_rels) AS x(id, relationship)
-              WHERE NOT raw.in_hub AND cardinality(raw.in_ids) <= lvl.hop_cap
-                AND {allowed("x.relationship", "in_denied")}
+              {_unprobed("in")}
             )
             UNION ALL
             {_hub_arm("out")}
@@ -336,13 +355,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
         -- unprobed hop (type NULL) is probed here, one by one in that order, only until the
         -- LIMIT is reached: the read rule, lifecycle and project confinement of step 1
         SELECT b.id, b.relationship, b.dir_rank, b.weight, b.pred, e.type
-        FROM (SELECT * FROM best ORDER BY best.weight DESC, best.id) b
-        CROSS JOIN LATERAL (
-          SELECT b.type WHERE b.type IS NOT NULL
-          UNION ALL
-          SELECT t.type FROM entities t
-          WHERE b.type IS NULL AND t.org_id = lvl.org_id AND t.id = b.id AND {ENTER_LVL}
-        ) e
+        FROM {_IN_ANSWER_ORDER}
         WHERE (lvl.distance + 1 = :depth OR CAST(:types AS text[]) IS NULL)
           AND (CAST(:types AS text[]) IS NULL OR e.type = ANY(CAST(:types AS text[])))
         LIMIT :limit + 1
@@ -364,9 +377,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                           ) x
                           ORDER BY x.score DESC
                           OFFSET :limit LIMIT 1
-                        ) >= {
-    SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")
-}, false))) AS yes
+                        ) >= {_DEEPER}, false))) AS yes
       ),
       lv AS (
         -- step 3: the level in answer order (weight desc, id), one node more than it keeps
@@ -389,13 +400,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
             SELECT f.* FROM first f WHERE (SELECT yes FROM early)
             UNION ALL
             (SELECT b.id, b.relationship, b.dir_rank, b.weight, b.pred, e.type
-             FROM (SELECT * FROM best ORDER BY best.weight DESC, best.id) b
-             CROSS JOIN LATERAL (
-               SELECT b.type WHERE b.type IS NOT NULL
-               UNION ALL
-               SELECT t.type FROM entities t
-               WHERE b.type IS NULL AND t.org_id = lvl.org_id AND t.id = b.id AND {ENTER_LVL}
-             ) e
+             FROM {_IN_ANSWER_ORDER}
              WHERE NOT (SELECT yes FROM early)
                AND (lvl.distance + 1 < :depth
                     OR CAST(:types AS text[]) IS NULL OR e.type = ANY(CAST(:types AS text[])))
