@@ -392,7 +392,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
         FROM (SELECT CASE WHEN lvl.distance + 1 < :depth THEN greatest(:level_cap, :limit + 1)
                           ELSE :limit + 1 END AS keep) k
         CROSS JOIN LATERAL (
-          -- in the order of the rows below (one top-N sort, no sort per array)
+          -- in the order of the rows below (one sort of the level, no sort per array)
           SELECT array_agg(b.id) AS ids, array_agg(b.relationship) AS relationships,
                  array_agg(b.dir_rank) AS dir_ranks, array_agg(b.weight) AS weights,
                  array_agg(b.pred) AS preds, array_agg(b.type) AS types
@@ -401,9 +401,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
             UNION ALL
             (SELECT b.id, b.relationship, b.dir_rank, b.weight, b.pred, e.type
              FROM {_IN_ANSWER_ORDER}
-             WHERE NOT (SELECT yes FROM early)
-               AND (lvl.distance + 1 < :depth
-                    OR CAST(:types AS text[]) IS NULL OR e.type = ANY(CAST(:types AS text[])))
+             WHERE NOT (SELECT yes FROM early)  -- never the last level: routes of any type
              LIMIT k.keep + 1)
           ) b
         ) b
@@ -441,8 +439,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
                  lvl.distance + 1, lv.ids[lv.keep + 1]
           FROM lv WHERE lvl.distance + 1 < :depth AND cardinality(lv.ids) > lv.keep
           UNION ALL
-          SELECT {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
-                 lvl.distance + 2, '' COLLATE "C"
+          SELECT {_DEEPER}, lvl.distance + 2, '' COLLATE "C"
           FROM lv
           WHERE lvl.distance + 1 < :depth
             AND (cardinality(lv.ids) > least(lv.keep, :level_cap)
@@ -460,9 +457,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
              -- can beat (a node at distance d + 1 scores at most score(:max_weight, d + 1);
              -- on a tie the shallower node wins)
              lv.ids IS NULL OR coalesce(cardinality(held.scores) > :limit
-               AND held.scores[:limit + 1] >=
-                 {SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.distance + 2")},
-               false) AS done
+               AND held.scores[:limit + 1] >= {_DEEPER}, false) AS done
       FROM lv
       CROSS JOIN held
       LEFT JOIN cut ON true
