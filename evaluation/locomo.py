@@ -33,7 +33,9 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from evaluation.questions import normalize_text
 
 ORG = "org_locomo"
 READER = "user_locomo_reader"
@@ -92,12 +94,17 @@ def _conversation_name(path: Path) -> str:
     return path.stem
 
 
+def turn_text(turn: dict[str, Any]) -> str:
+    """What a turn said, every whitespace run one space (as session bodies and evidence hold
+    it)."""
+    return " ".join(str(turn.get("text", "")).split())
+
+
 def session_body(date: str, turns: Sequence[dict[str, Any]]) -> str:
     """The Markdown body of one session (see the module docstring)."""
     lines = [f"# Chat session at {date}", "", "## Conversation", ""]
     for turn in turns:
-        text = " ".join(str(turn.get("text", "")).split())
-        lines.append(f"- **{turn['speaker']}:** {text}")
+        lines.append(f"- **{turn['speaker']}:** {turn_text(turn)}")
     return "\n".join(lines) + "\n"
 
 
@@ -116,7 +123,7 @@ def load_conversation(path: Path) -> tuple[list[Session], list[LocomoQuestion]]:
     sessions.sort(key=lambda s: s.number)
     by_number = {s.number: s.id for s in sessions}
     said = {
-        str(turn.get("dia_id", "")): " ".join(str(turn.get("text", "")).split())
+        str(turn.get("dia_id", "")): turn_text(turn)
         for key, turns in data.items()
         if _SESSION_KEY.match(key) and isinstance(turns, list)
         for turn in turns
@@ -152,8 +159,8 @@ def load_conversation(path: Path) -> tuple[list[Session], list[LocomoQuestion]]:
 def exposed_turns(evidence: Sequence[str], markdown: str) -> int:
     """How many of ``evidence`` (turn texts) have their first :data:`EVIDENCE_CHARS` characters
     in ``markdown``, both whitespace and case folded."""
-    text = " ".join(markdown.split()).casefold()
-    return sum(1 for t in evidence if " ".join(t.split()).casefold()[:EVIDENCE_CHARS] in text)
+    text = normalize_text(markdown)
+    return sum(1 for t in evidence if normalize_text(t)[:EVIDENCE_CHARS] in text)
 
 
 def load(folder: Path) -> tuple[list[Session], list[LocomoQuestion]]:
@@ -309,23 +316,31 @@ def score(answers: Sequence[str], returned: Sequence[str]) -> Scored:
     return Scored(recall(5), recall(10), 1.0 / rank if rank else 0.0)
 
 
-def summarize(rows: Sequence[tuple[int, Scored]]) -> dict[str, dict[str, float | int]]:
-    """Mean recall@5, recall@10 and MRR per category (``"1"``..``"5"``) and for ``"1-4"``:
-    ``{category: {"questions", "recall_at_5", "recall_at_10", "mrr"}}``."""
-    groups: dict[str, list[Scored]] = {}
-    for category, s in rows:
-        groups.setdefault(str(category), []).append(s)
+T = TypeVar("T")
+
+
+def by_category(rows: Sequence[tuple[int, T]]) -> dict[str, list[T]]:
+    """``rows`` (category, item) grouped per category (``"1"``..``"5"``, in order) and for
+    ``"1-4"`` (the headline, last); a group without items is left out."""
+    groups: dict[str, list[T]] = {}
+    for category, item in rows:
+        groups.setdefault(str(category), []).append(item)
         if category in (1, 2, 3, 4):
-            groups.setdefault("1-4", []).append(s)
-    out: dict[str, dict[str, float | int]] = {}
-    for name in [*sorted(k for k in groups if k != "1-4"), "1-4"]:
-        if name not in groups:
-            continue
-        g = groups[name]
-        out[name] = {
+            groups.setdefault("1-4", []).append(item)
+    return {
+        name: groups[name] for name in [*sorted(groups.keys() - {"1-4"}), "1-4"] if name in groups
+    }
+
+
+def summarize(rows: Sequence[tuple[int, Scored]]) -> dict[str, dict[str, float | int]]:
+    """Mean recall@5, recall@10 and MRR per category (:func:`by_category`):
+    ``{category: {"questions", "recall_at_5", "recall_at_10", "mrr"}}``."""
+    return {
+        name: {
             "questions": len(g),
             "recall_at_5": round(sum(s.recall_5 for s in g) / len(g), 4),
             "recall_at_10": round(sum(s.recall_10 for s in g) / len(g), 4),
             "mrr": round(sum(s.rr for s in g) / len(g), 4),
         }
-    return out
+        for name, g in by_category(rows).items()
+    }

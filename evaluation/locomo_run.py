@@ -97,7 +97,7 @@ async def run(
     per_question: list[dict[str, Any]] = []
     times: list[float] = []
     empty = holding = silent = 0
-    packs: list[tuple[int, float, bool]] = []  # category, share of evidence exposed, all of it
+    packs: list[tuple[int, tuple[float, bool]]] = []  # category, (share exposed, all of it)
     for q in questions:
         started = time.perf_counter()
         async with read_tx(engine) as conn:
@@ -122,7 +122,7 @@ async def run(
                     conn, reader, ContextRequest(goal=q.question), pipeline=pipeline
                 )
             shown = locomo.exposed_turns(q.evidence, pack.markdown)
-            packs.append((q.category, shown / len(q.evidence), shown == len(q.evidence)))
+            packs.append((q.category, (shown / len(q.evidence), shown == len(q.evidence))))
             per_question[-1]["context_evidence_exposed"] = shown
         if per_project:
             async with read_tx(engine) as conn:
@@ -164,23 +164,16 @@ async def run(
 
 
 def _context_summary(
-    packs: Sequence[tuple[int, float, bool]],
+    packs: Sequence[tuple[int, tuple[float, bool]]],
 ) -> dict[str, dict[str, float | int]]:
-    """Per category (``"1"``..``"5"``) and for ``"1-4"``: ``{"questions", "evidence_exposed"
+    """Per category (:func:`evaluation.locomo.by_category`): ``{"questions", "evidence_exposed"
     (the mean share of a question's evidence turns in its pack), "all_exposed" (the share of
     questions with every evidence turn in it)}``."""
-    groups: dict[str, list[tuple[float, bool]]] = {}
-    for category, share, whole in packs:
-        groups.setdefault(str(category), []).append((share, whole))
-        if category in (1, 2, 3, 4):
-            groups.setdefault("1-4", []).append((share, whole))
-    out: dict[str, dict[str, float | int]] = {}
-    for name in [*sorted(k for k in groups if k != "1-4"), "1-4"]:
-        g = groups.get(name)
-        if g:
-            out[name] = {
-                "questions": len(g),
-                "evidence_exposed": round(sum(x for x, _ in g) / len(g), 4),
-                "all_exposed": round(sum(1 for _, w in g if w) / len(g), 4),
-            }
-    return out
+    return {
+        name: {
+            "questions": len(g),
+            "evidence_exposed": round(sum(x for x, _ in g) / len(g), 4),
+            "all_exposed": round(sum(1 for _, w in g if w) / len(g), 4),
+        }
+        for name, g in locomo.by_category(packs).items()
+    }
