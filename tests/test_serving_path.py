@@ -216,3 +216,26 @@ async def test_the_bench_load_client_reads_sized_and_chunked_answers_over_one_co
     assert len(connections) == 1  # keep-alive: three requests, one connection
     assert seen[0].startswith(b"POST /x HTTP/1.1\r\n") and b"Authorization: Bearer k" in seen[0]
     assert seen[0].endswith(b'\r\n\r\n{"q":1}')
+
+
+async def test_expand_has_a_pool_of_its_own_sized_by_its_setting(database_url: str) -> None:
+    """REST and MCP expand run on a pool of ``expand_pool_size`` connections (default: this
+    host's cores + 1, at most ``pool_size``): the walks in flight at once."""
+    import os
+
+    from app.core.settings import get_settings
+
+    cases: list[tuple[dict[str, Any], int]] = [
+        ({"pool_size": 10, "expand_pool_size": 2}, 2),
+        ({"pool_size": 10, "expand_pool_size": None}, min(10, (os.cpu_count() or 1) + 1)),
+        ({"pool_size": 1, "expand_pool_size": None}, 1),
+    ]
+    for update, size in cases:
+        settings = get_settings().model_copy(update=update)
+        own = make_engine(database_url, settings=settings)
+        try:
+            sibling = statement_engine(own)
+            assert sibling.pool.size() == size  # type: ignore[attr-defined]
+            assert own.pool.size() == update["pool_size"]  # type: ignore[attr-defined]
+        finally:
+            await own.dispose()

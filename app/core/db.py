@@ -7,13 +7,16 @@ one snapshot (a slice never mixes two revisions of a memory). Writes run in ``RE
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from sqlalchemy import Engine, event
+import asyncpg
+from asyncpg.prepared_stmt import PreparedStatement
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.core.embedded import embedded_url
@@ -116,7 +119,7 @@ def make_engine(
         connect_args["command_timeout"] = statement_timeout_ms / 1000 + COMMAND_TIMEOUT_MARGIN_S
     engine = create_async_engine(
         async_url(url),
-        pool_size=s.pool_size,
+        pool_size=statement_pool_size(s) if one_statement else s.pool_size,
         max_overflow=0,
         pool_timeout=s.pool_timeout_s,
         connect_args={"server_settings": server_settings, **connect_args},
@@ -139,12 +142,29 @@ def statement_timeout_of(engine: AsyncEngine) -> int | None:
     return made[1] if made is not None else None
 
 
+def statement_pool_size(settings: Settings) -> int:
+    """Connections of the one-statement pool (:func:`statement_engine`): ``expand_pool_size``,
+    else the smaller of ``pool_size`` and this host's cores + 1.
+
+    Its statement (the walk) is CPU-bound at the database once its pages are cached: more of
+    them in flight than the database has cores only adds context switches and cache misses to
+    each (200k benchmark, 16 clients on 2 cores: 589-590 req/s with 3 connections, 526-543 with
+    10; docs/benchmark.md, session 24), and a request past them waits for a connection, up to
+    ``pool_timeout_s``. The default assumes the database runs on a host like this one (the
+    embedded server, or a server beside the service); set ``SIBYL_EXPAND_POOL_SIZE`` to the
+    database's cores + 1 when it has more."""
+    if settings.expand_pool_size is not None:
+        return settings.expand_pool_size
+    return min(settings.pool_size, (os.cpu_count() or 1) + 1)
+
+
 def statement_engine(engine: AsyncEngine) -> AsyncEngine:
-    """The one-statement sibling of ``engine`` (made by :func:`make_engine`): same database,
-    statement timeout and pool size, but its connections run each statement on its own
-    (autocommit: no ``BEGIN``/``COMMIT``; one statement is one snapshot), read only
-    (``default_transaction_read_only``), with **generic** plans (``plan_cache_mode =
-    force_generic_plan``: a statement is planned once per connection, then only executed).
+    """The one-statement sibling of ``engine`` (made by :func:`make_engine`): same database and
+    statement timeout, a pool of :func:`statement_pool_size`, but its connections run each
+    statement on its own (autocommit: no ``BEGIN``/``COMMIT``; one statement is one
+    snapshot), read only (``default_transaction_read_only``), with **generic** plans
+    (``plan_cache_mode = force_generic_plan``: a statement is planned once per connection,
+    then only executed).
 
     For a read verb that is one statement whose plan does not depend on the org's size: the REST
     expand (``KEYED_WALK_SQL`` of :mod:`app.repo.walk`; rule: one-round-trip-expand), a walk of
@@ -186,6 +206,78 @@ async def one_statement(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     (its own snapshot: no transaction)."""
     async with statement_engine(engine).connect() as conn:
         yield conn
+
+
+_PREPARED: weakref.WeakKeyDictionary[
+    asyncpg.Connection, dict[str, tuple[PreparedStatement, tuple[str, ...]]]
+] = weakref.WeakKeyDictionary()
+
+
+async def fetch_prepared(
+    conn: AsyncConnection, sql: str, args: Sequence[object]
+) -> tuple[tuple[str, ...], Sequence[Sequence[Any]]]:
+    """The column names and rows of ``sql`` (the driver's form: ``$1``, ``$2``, ...) with
+    ``args``, for the statement sent most (:data:`app.repo.walk.KEYED_WALK_SQL`). Rows are
+    indexed by position.
+
+    It runs on the driver connection under ``conn`` as a prepared statement of its own
+    (prepared once per pooled connection, then only bound and executed):
+    ``exec_driver_sql`` spends about 0.2 ms of Python a call on what this statement does not
+    use (a result object, its column metadata, a row object per row, a greenlet switch), a
+    third of the server's CPU per REST expand (docs/benchmark.md, session 24). Failures are
+    still SQLAlchemy's: the driver's error goes through the dialect's translation and the
+    connection's own handling (:func:`_as_sqlalchemy`), so a dead connection is invalidated
+    with its pool and raised ``connection_invalidated``, and the fault mapping of
+    :mod:`app.service.session` (503, 400, the retry on a fresh connection) applies unchanged.
+    A prepared statement that a schema change made stale is prepared again once. When anything
+    listens to the connection's events (``sibyl-pg explain`` captures statements with
+    ``before_cursor_execute``), the statement goes through ``exec_driver_sql`` instead, so
+    every listener sees it."""
+    sync_conn = conn.sync_connection
+    if sync_conn is None or sync_conn._has_events or sync_conn.engine._has_events:
+        result = await conn.exec_driver_sql(sql, tuple(args))
+        return tuple(result.keys()), result.all()
+    raw = await conn.get_raw_connection()
+    driver: asyncpg.Connection = raw.driver_connection
+    statements = _PREPARED.setdefault(driver, {})
+    try:
+        for attempt in (1, 2):
+            prepared = statements.get(sql)
+            if prepared is None:
+                statement = await driver.prepare(sql)
+                names = tuple(a.name for a in statement.get_attributes())
+                prepared = statements[sql] = (statement, names)
+            try:
+                return prepared[1], await prepared[0].fetch(*args)
+            except asyncpg.InvalidCachedStatementError:
+                statements.pop(sql, None)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+    except Exception as error:
+        await conn.run_sync(_as_sqlalchemy, raw.dbapi_connection, error, sql, args)
+        raise  # pragma: no cover  (_as_sqlalchemy always raises)
+    except BaseException:
+        # cancelled mid-statement: the connection's protocol state is unknown, so it is not
+        # given back to the pool (SQLAlchemy invalidates it the same way)
+        await asyncio.shield(conn.invalidate())
+        raise
+
+
+def _as_sqlalchemy(
+    sync_conn: Connection, adapted: Any, error: Exception, sql: str, args: Sequence[object]
+) -> None:
+    """Raise what SQLAlchemy raises when ``error`` comes out of its own execution of ``sql``:
+    the dialect translates the driver's error into its DB-API one (``_handle_exception`` of
+    the asyncpg adapter), and the connection wraps that (``DBAPIError`` and its subclasses)
+    and, for a disconnect, invalidates itself and its pool (``_handle_dbapi_exception``).
+    Both are private to SQLAlchemy (pinned in constraints.txt; tests/test_db_faults.py and
+    tests/test_fastpath.py hold the outcome)."""
+    try:
+        adapted._handle_exception(error)
+    except sync_conn.dialect.loaded_dbapi.Error as translated:
+        sync_conn._handle_dbapi_exception(translated, sql, tuple(args), None, None)
+    raise error
 
 
 @asynccontextmanager

@@ -146,9 +146,12 @@ class Settings(BaseSettings):
     mcp_allowed_hosts: str = ""
     rest_explain: Literal["sql", "measured", "single-org"] = "sql"
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
-    # connections of each pool: the service's, and REST expand's own one-statement pool
-    # (app.core.db.statement_engine), so a server process holds up to 2 × pool_size
+    # connections of the service's pool; REST expand's own one-statement pool
+    # (app.core.db.statement_engine) holds up to expand_pool_size more
     pool_size: int = Field(default=10, ge=1, le=200)
+    # REST and MCP expand's one-statement pool; None: min(pool_size, cores + 1)
+    # (app.core.db.statement_pool_size)
+    expand_pool_size: int | None = Field(default=None, ge=1, le=200)
     pool_timeout_s: float = Field(default=5.0, gt=0, le=300)
 
 

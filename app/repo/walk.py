@@ -57,11 +57,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import Row, text
+from sqlalchemy import text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core import policy
+from app.core.db import fetch_prepared
 from app.repo.hops import (
     ENTER_LVL,
     PASSAGE_REL,
@@ -633,7 +634,8 @@ CROSS JOIN flags f
 # KEYED_WALK_SQL as the driver receives it ($1, $2, ...) and its parameters' names in that order,
 # compiled once: the verb sent most is handed to the driver as is, skipping the per-call
 # compilation lookup and parameter processing of a text() statement (~0.3 ms of CPU a request on
-# a slow host); the statement, its events and its errors are SQLAlchemy's as before.
+# a slow host), and run as the driver's own prepared statement (app.core.db.fetch_prepared: its
+# errors are SQLAlchemy's as before).
 _KEYED_COMPILED = KEYED_WALK_SQL.compile(dialect=PGDialect_asyncpg())
 _KEYED_DRIVER_SQL = str(_KEYED_COMPILED)
 _KEYED_ORDER: tuple[str, ...] = tuple(_KEYED_COMPILED.positiontup or ())
@@ -717,7 +719,9 @@ async def walk(conn: AsyncConnection, *, params: dict[str, object]) -> WalkAnswe
     rows = (await conn.execute(WALK_SQL, params)).all()
     if not rows:
         return WalkAnswer([], False, False)
-    return WalkAnswer(_walk_rows(rows), bool(rows[0].capped), bool(rows[0].caps_cut))
+    return WalkAnswer(
+        _walk_rows(rows, rows[0]._fields), bool(rows[0].capped), bool(rows[0].caps_cut)
+    )
 
 
 @dataclass(frozen=True)
@@ -737,24 +741,22 @@ async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, objec
     :mod:`app.service.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
     resolved seeds)."""
     bound = {**params, "key_hash": hash_key(key)}
-    rows = (
-        await conn.exec_driver_sql(_KEYED_DRIVER_SQL, tuple(bound[n] for n in _KEYED_ORDER))
-    ).all()
+    fields, rows = await fetch_prepared(conn, _KEYED_DRIVER_SQL, [bound[n] for n in _KEYED_ORDER])
     if not rows:
         return KeyedWalk(None, [], [], False)
     first = rows[0]  # the key's scopes and the seeds come with the first row only
-    return KeyedWalk(
-        frozenset(first.scopes), list(first.seeds or []), _walk_rows(rows), bool(first.capped)
-    )
+    scopes, seeds, capped = first[0], first[1], first[2]  # KEYED_WALK_SQL's first columns
+    return KeyedWalk(frozenset(scopes), list(seeds or []), _walk_rows(rows, fields), bool(capped))
 
 
-def _walk_rows(rows: Sequence[Row[Any]]) -> list[WalkRow]:
-    """The neighbour rows of a walk's answer (the one row of an empty answer has no id)."""
+def _walk_rows(rows: Sequence[Sequence[Any]], fields: tuple[str, ...]) -> list[WalkRow]:
+    """The neighbour rows of a walk's answer, whose columns are named ``fields`` (the one row
+    of an empty answer has no id)."""
     if not rows:
         return []
-    start = len(rows[0]._fields) - len(ANSWER_COLUMNS)
-    if rows[0]._fields[start:] != ANSWER_COLUMNS:  # the SQL and this reader disagree: a bug
-        raise RuntimeError(f"unexpected walk columns {rows[0]._fields}")
+    start = len(fields) - len(ANSWER_COLUMNS)
+    if fields[start:] != ANSWER_COLUMNS:  # the SQL and this reader disagree: a bug
+        raise RuntimeError(f"unexpected walk columns {fields}")
     out: list[WalkRow] = []
     for r in rows:
         (
