@@ -109,14 +109,27 @@ async def test_explain_reports_exactly_what_the_service_sends(engine, client, wo
         # (issue 15); explain reads as a user, so it shows the seed statement and the walk MCP
         # and the CLI send. The REST statement holds that very walk, with the reader's values
         # and the seeds computed in the statement (app.repo.walk.KEYED_WALK_SQL).
-        from app.repo.walk import KEYED_WALK_SQL, WALK_ANSWER, WALK_CTES, WALK_SQL
+        # A walk that cannot reach a passage (this one: no passage seed, no relationship
+        # named) is sent without the passage arms, its walk otherwise the same.
+        from app.repo.walk import (
+            _PASSAGE_ARMS,
+            KEYED_WALK_MEMORIES_SQL,
+            KEYED_WALK_SQL,
+            WALK_ANSWER,
+            WALK_CTES,
+            WALK_SQL,
+        )
 
         def sent_as(statement: Any) -> str:
             return str(statement.compile(dialect=engine.dialect))
 
-        assert served[0][0] == sent_as(KEYED_WALK_SQL)
+        assert served[0][0] == sent_as(KEYED_WALK_MEMORIES_SQL)
         assert WALK_CTES in KEYED_WALK_SQL.text
         assert WALK_ANSWER in KEYED_WALK_SQL.text
+        assert WALK_CTES.replace(_PASSAGE_ARMS, "") in KEYED_WALK_MEMORIES_SQL.text
+        # passages are read only to resolve a passage seed (never one here)
+        assert KEYED_WALK_MEMORIES_SQL.text.count("FROM passages") == 1
+        assert KEYED_WALK_SQL.text.count("FROM passages") > 1
         assert explained[0][0].startswith("/* sibyl:expand_neighbors.seeds */")
         assert explained[1][0] == sent_as(WALK_SQL)
         assert WALK_CTES in WALK_SQL.text and WALK_ANSWER in WALK_SQL.text

@@ -6,6 +6,11 @@ project-restricted keys), and for each reader every combination of depth × incl
 with random relationship_types, types, project, limit and seeds (duplicates, blanks around ids,
 absent ids, passages, more than 8).
 
+REST and MCP send the walk as one keyed statement (``app.service.expand.expand_for_key``: the
+key's reader, the seeds and the walk in one, without the passage arms where the request cannot
+reach a passage): under the default and the tiny caps, its answer must be the very response of
+the reader-bound walk.
+
 Each request runs under three configurations of the caps (§5 bounded work): the defaults, every
 node read as a hub (one index range per relationship), and tiny caps that cut almost every walk.
 ``filters.frontier_capped`` is a promise: wherever it is false the answer must equal the
@@ -18,14 +23,16 @@ from __future__ import annotations
 
 import random
 
+import orjson
 import pytest
 
+from app.core.db import statement_engine
 from app.core.settings import Settings
 from app.domain.schemas import ExpandRequest
 from app.repo.readers import reader_by_user
-from app.service.expand import expand_neighbors
+from app.service.expand import expand_for_key, expand_neighbors
 from tests import oracle
-from tests.builders import load_graph
+from tests.builders import load_graph, make_key
 from tests.thorough import cases
 
 GRAPHS = cases(100, 200)  # graphs 0-99 in `make test`, 0-199 in `make test-thorough`
@@ -81,14 +88,14 @@ async def test_sql_walk_equals_reference_oracle(engine, chunk):
         g, readers = oracle.random_graph(rng, org_id=f"org_oracle_{graph_no}")
         readers = _own_users(g, readers, f"g{graph_no}")
         await load_graph(engine, g)
-        async with engine.connect() as conn:
+        async with engine.connect() as conn, statement_engine(engine).connect() as keyed:
             for r in readers:
-                reader = await reader_by_user(
-                    conn,
-                    user_id=r.user_id,
-                    key_projects=list(r.key_projects) if r.key_projects is not None else None,
-                )
+                projects = list(r.key_projects) if r.key_projects is not None else None
+                reader = await reader_by_user(conn, user_id=r.user_id, key_projects=projects)
                 assert reader is not None
+                # a key names existing projects only (a project that does not exist holds nothing)
+                existing = None if projects is None else [p for p in projects if p in g.projects]
+                key = await make_key(engine, r.user_id, projects=existing)
                 for depth in (1, 2, 3):
                     for incoming in (True, False):
                         req = oracle.random_request(rng, g, r)
@@ -102,6 +109,11 @@ async def test_sql_walk_equals_reference_oracle(engine, chunk):
                             )
                             seen[name] = got
                             where = f"{name}: graph {graph_no}, reader {r}, request {req}"
+                            if name != "hubs":  # REST and MCP's one statement: the same answer
+                                sent = await expand_for_key(
+                                    keyed, key, ExpandRequest(**req), settings=settings
+                                )
+                                assert orjson.loads(sent) == got.model_dump(mode="json"), where
                             assert got.origins == want["origins"], where
                             assert got.unresolved == want["unresolved"], where
                             if got.filters["frontier_capped"]:

@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -188,7 +188,40 @@ _DEEPER = SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.dista
 
 # The walk's CTEs (walk, nodes, top, flags) and its answer (the rows of `top` with what the
 # response shows of each), shared by WALK_SQL and KEYED_WALK_SQL.
-WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
+_PASSAGE_ARMS = rf""" UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
+              SELECT t.id, {PASSAGE_REL}, 0,
+                     {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
+                     CAST(1 AS bigint), true
+              {hop_source("parent", org="lvl.org_id", node="f.id")}
+                AND f.id LIKE 'passage\_%'  -- only passages have a parent
+                AND {allowed(PASSAGE_REL, "out_denied")}
+                AND {ENTER_LVL}
+            ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
+              SELECT p.id, p.relationship, 1, {WEIGHT.format(rel="p.relationship")}, 'passage',
+                     row_number() OVER (ORDER BY p.id), true
+              FROM (
+                SELECT p.id, {PASSAGE_REL} AS relationship
+                {hop_source("passages", org="lvl.org_id", node="f.id", indent=" " * 16)}
+                  AND {allowed(PASSAGE_REL, "in_denied")}
+                  AND {ENTER_LVL}
+                ORDER BY p.id
+                LIMIT lvl.hop_cap + 1
+              ) p
+              WHERE CAST(:include_incoming AS boolean)
+                -- only when relationship_types names PART_OF or DERIVED_FROM (own-spans-on-request)
+                AND CAST(:rel_filter AS text[]) IS NOT NULL
+                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
+            )"""
+"""SQL: the hop arms of passages (a passage to its parent, a memory to its passages), last of
+step 1's arms. Only a walk from a passage seed or whose ``relationship_types`` names
+``PART_OF`` or ``DERIVED_FROM`` can use them: every other walk is sent without them
+(:func:`keyed_walk`), a smaller plan to start and no arm to rescan per node."""
+
+
+def _walk_ctes(passage_arms: str) -> str:
+    """SQL: the walk's CTEs (walk, nodes, top, flags) with ``passage_arms`` (:data:`_PASSAGE_ARMS`
+    or nothing) as the last hop arms."""
+    return rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
                     held, cut_score, cut_distance, cut_id, done,
                     org_id, user_id, readable_projects, k_projects, hop_cap) AS (
     -- level 0: the resolved seeds; every level is ONE row holding its nodes as parallel arrays,
@@ -315,30 +348,7 @@ WALK_CTES = rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, t
               WHERE lvl.distance = 0
                 AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
                 AND {allowed("'SHARES_COMMUNITY'", "out_denied")}
-            ) UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
-              SELECT t.id, {PASSAGE_REL}, 0,
-                     {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
-                     CAST(1 AS bigint), true
-              {hop_source("parent", org="lvl.org_id", node="f.id")}
-                AND f.id LIKE 'passage\_%'  -- only passages have a parent
-                AND {allowed(PASSAGE_REL, "out_denied")}
-                AND {ENTER_LVL}
-            ) UNION ALL (  -- a memory to its passages: p -PART_OF|DERIVED_FROM-> f
-              SELECT p.id, p.relationship, 1, {WEIGHT.format(rel="p.relationship")}, 'passage',
-                     row_number() OVER (ORDER BY p.id), true
-              FROM (
-                SELECT p.id, {PASSAGE_REL} AS relationship
-                {hop_source("passages", org="lvl.org_id", node="f.id", indent=" " * 16)}
-                  AND {allowed(PASSAGE_REL, "in_denied")}
-                  AND {ENTER_LVL}
-                ORDER BY p.id
-                LIMIT lvl.hop_cap + 1
-              ) p
-              WHERE CAST(:include_incoming AS boolean)
-                -- only when relationship_types names PART_OF or DERIVED_FROM (own-spans-on-request)
-                AND CAST(:rel_filter AS text[]) IS NOT NULL
-                AND f.id NOT LIKE 'passage\_%'  -- only memories have these links
-            )
+            ){passage_arms}
         ) arm
       ),
       best AS (
@@ -501,22 +511,54 @@ flags AS (
     LEFT JOIN top k ON k.rn = :limit + 1
 )"""
 
-WALK_ANSWER = r"""LEFT JOIN LATERAL (
-    SELECT w.rn, w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
-           coalesce(te.name, pp.name) AS name,
+
+WALK_CTES = _walk_ctes(_PASSAGE_ARMS)
+"""The walk's CTEs (walk, nodes, top, flags), shared by WALK_SQL and KEYED_WALK_SQL."""
+
+
+def _walk_answer(passages: bool) -> str:
+    """SQL: the walk's answer, the rows of ``top`` with what the response shows of each;
+    without ``passages`` (a walk that cannot enter a passage: :data:`_PASSAGE_ARMS`) every row
+    is a memory, and the passage columns are NULL."""
+    if passages:
+        memory_or_passage = """coalesce(te.name, pp.name) AS name,
            coalesce(te.project_id, pp.project_id) AS project_id,
            coalesce(te.lifecycle, pp.lifecycle) AS lifecycle,
-           coalesce(te.content_prefix, pp.content_prefix) AS content_prefix,
+           coalesce(te.content_prefix, pp.content_prefix) AS content_prefix,"""
+        metadata = """coalesce(te.metadata, jsonb_build_object('breadcrumb', pp.breadcrumb,
+                                                         'passage_total', pp.passage_total))"""
+        prefix = "coalesce(te.content_prefix, pp.content_prefix)"
+        passage_columns = "pp.passage_index, pp.parent_id, pp.breadcrumb, pp.passage_total"
+        passage_join = r"""
+    LEFT JOIN LATERAL (  -- a passage and its parent
+      SELECT left(pp.content, :preview_chars + 1) AS content_prefix, pp.passage_index,
+             pp.parent_id, pp.breadcrumb, pe.name, pe.project_id, pe.lifecycle, pe.passage_total
+      FROM passages pp
+      JOIN entities pe ON pe.org_id = pp.org_id AND pe.id = pp.parent_id
+      WHERE w.id LIKE 'passage\_%' AND pp.org_id = wr.org_id AND pp.id = w.id
+      OFFSET 0  -- a fence: not pulled up, so the LIKE gates the probes (a one-time filter)
+    ) pp ON true"""
+    else:
+        memory_or_passage = """te.name, te.project_id, te.lifecycle, te.content_prefix,"""
+        metadata = "te.metadata"
+        prefix = "te.content_prefix"
+        passage_columns = (
+            "CAST(NULL AS int) AS passage_index, CAST(NULL AS text) AS parent_id,\n"
+            "           CAST(NULL AS text) AS breadcrumb, CAST(NULL AS int) AS passage_total"
+        )
+        passage_join = ""
+    return rf"""LEFT JOIN LATERAL (
+    SELECT w.rn, w.id, w.distance, w.relationship, w.dir_rank, w.score, w.type,
+           {memory_or_passage}
            -- the neighbour's metadata as the response shows it, as JSON text: a memory's own
            -- (a passage: its breadcrumb and its parent's passage count), the community behind
            -- a synthetic hop, and whether the preview was cut
-           CAST(coalesce(te.metadata, jsonb_build_object('breadcrumb', pp.breadcrumb,
-                                                         'passage_total', pp.passage_total))
-                || coalesce(c.community, CAST('{}' AS jsonb))
+           CAST({metadata}
+                || coalesce(c.community, CAST('{{}}' AS jsonb))
                 || jsonb_build_object('content_truncated', char_length(
-                     coalesce(te.content_prefix, pp.content_prefix)) > :preview_chars)
+                     {prefix}) > :preview_chars)
                 AS text) AS metadata,
-           pp.passage_index, pp.parent_id, pp.breadcrumb, pp.passage_total
+           {passage_columns}
     FROM top w
     CROSS JOIN wr
     LEFT JOIN LATERAL (  -- a memory (never a passage id: each table checks its prefix)
@@ -527,16 +569,9 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
              left(te.content, :preview_chars + 1) AS content_prefix
       FROM entities te
       WHERE w.id NOT LIKE 'passage\_%' AND te.org_id = wr.org_id AND te.id = w.id
-      OFFSET 0  -- a fence, as for passages below: a passage id probes no memory
-    ) te ON true
-    LEFT JOIN LATERAL (  -- a passage and its parent
-      SELECT left(pp.content, :preview_chars + 1) AS content_prefix, pp.passage_index,
-             pp.parent_id, pp.breadcrumb, pe.name, pe.project_id, pe.lifecycle, pe.passage_total
-      FROM passages pp
-      JOIN entities pe ON pe.org_id = pp.org_id AND pe.id = pp.parent_id
-      WHERE w.id LIKE 'passage\_%' AND pp.org_id = wr.org_id AND pp.id = w.id
-      OFFSET 0  -- a fence: not pulled up, so the LIKE gates the probes (a one-time filter)
-    ) pp ON true
+      OFFSET 0  -- a fence: not pulled up, so the LIKE gates the probes (a passage id probes
+                -- no memory)
+    ) te ON true{passage_join}
     LEFT JOIN LATERAL (
       -- the community behind a synthetic hop: the smallest one the node shares with its
       -- predecessor (a seed); both ends already passed the read rule
@@ -550,6 +585,11 @@ WALK_ANSWER = r"""LEFT JOIN LATERAL (
     ) c ON true
     ORDER BY w.rn
 ) r ON true"""
+
+
+WALK_ANSWER = _walk_answer(passages=True)
+"""The walk's answer (the rows of ``top`` with what the response shows of each), shared by
+WALK_SQL and KEYED_WALK_SQL."""
 
 
 WALK_SQL = text(
@@ -579,8 +619,19 @@ FROM flags f
 # (the same fragment; the walk reads the reader from its own rows). The hop cap is sized from
 # the resolved seeds as app.service.expand.walk_params sizes it (`:walk_hop_cap`: the configured
 # cap, or NULL).
-KEYED_WALK_SQL = text(
-    f"""/* sibyl:expand_neighbors.keyed */
+def _keyed_walk_sql(passages: bool) -> str:
+    """SQL: the keyed walk (see above), with the passage arms (:data:`_PASSAGE_ARMS`) and the
+    answer's passage columns, or, for a walk that cannot enter a passage, without them."""
+    ctes = _walk_ctes(_PASSAGE_ARMS if passages else "")
+    shape = (
+        ""
+        if passages
+        else (
+            "\n-- memories only: no passage seed and no PART_OF/DERIVED_FROM asked, so the passage"
+            "\n-- arms are left out"
+        )
+    )
+    return f"""/* sibyl:expand_neighbors.keyed */{shape}
 WITH RECURSIVE rd AS MATERIALIZED (
 {READER_BY_KEY}
 ),
@@ -620,15 +671,21 @@ wr AS (
            sd.hop_cap
     FROM rd CROSS JOIN sd
 ),
-{WALK_CTES}
+{ctes}
 SELECT CASE WHEN r.rn IS NULL OR r.rn = 1 THEN rd.scopes END AS scopes,  -- once, not per row
        CASE WHEN r.rn IS NULL OR r.rn = 1 THEN sd.seeds END AS seeds,
        f.capped, r.*
 FROM rd
 CROSS JOIN sd
 CROSS JOIN flags f
-{WALK_ANSWER}"""
-)
+{_walk_answer(passages)}"""
+
+
+KEYED_WALK_SQL = text(_keyed_walk_sql(passages=True))
+KEYED_WALK_MEMORIES_SQL = text(_keyed_walk_sql(passages=False))
+"""KEYED_WALK_SQL without the passage arms: what REST and MCP send for a walk that cannot enter a
+passage (no passage seed, no ``relationship_types`` naming ``PART_OF`` or ``DERIVED_FROM``;
+:func:`keyed_walk`). The same answers: those arms give no row to such a walk."""
 
 
 # KEYED_WALK_SQL as the driver receives it ($1, $2, ...) and its parameters' names in that order,
@@ -636,9 +693,16 @@ CROSS JOIN flags f
 # compilation lookup and parameter processing of a text() statement (~0.3 ms of CPU a request on
 # a slow host), and run as the driver's own prepared statement (app.core.db.fetch_prepared: its
 # errors are SQLAlchemy's as before).
-_KEYED_COMPILED = KEYED_WALK_SQL.compile(dialect=PGDialect_asyncpg())
-_KEYED_DRIVER_SQL = str(_KEYED_COMPILED)
-_KEYED_ORDER: tuple[str, ...] = tuple(_KEYED_COMPILED.positiontup or ())
+def _for_driver(statement: TextClause) -> tuple[str, tuple[str, ...]]:
+    """``statement`` as the driver receives it, and its parameters' names in ``$n`` order."""
+    compiled = statement.compile(dialect=PGDialect_asyncpg())
+    return str(compiled), tuple(compiled.positiontup or ())
+
+
+_KEYED_DRIVER = {
+    True: _for_driver(KEYED_WALK_SQL),
+    False: _for_driver(KEYED_WALK_MEMORIES_SQL),
+}
 
 
 class WalkRow(NamedTuple):
@@ -735,13 +799,25 @@ class KeyedWalk:
     capped: bool
 
 
+def can_enter_passages(params: dict[str, object]) -> bool:
+    """Whether a walk with bound ``params`` may reach a passage: from a passage seed (a
+    ``passage_`` id), or over the arm from a memory to its passages, which runs only when
+    ``relationship_types`` is given (``rel_filter``: it must name ``PART_OF`` or
+    ``DERIVED_FROM``, rule own-spans-on-request). Passages are reached no other way (edges,
+    mentions and communities hold memories only)."""
+    seeds = params["seed_ids"]
+    assert isinstance(seeds, list)
+    return params["rel_filter"] is not None or any(s.startswith("passage_") for s in seeds)
+
+
 async def keyed_walk(conn: AsyncConnection, *, key: str, params: dict[str, object]) -> KeyedWalk:
     """One statement: authenticate ``key``, resolve the seeds ``params["seed_ids"]`` and walk
     from them, with the walk's bound ``params`` minus the reader's (:func:`walk_params` of
     :mod:`app.service.expand` with ``reader=None``) and ``walk_hop_cap`` (None: sized from the
     resolved seeds)."""
     bound = {**params, "key_hash": hash_key(key)}
-    fields, rows = await fetch_prepared(conn, _KEYED_DRIVER_SQL, [bound[n] for n in _KEYED_ORDER])
+    sql, order = _KEYED_DRIVER[can_enter_passages(params)]
+    fields, rows = await fetch_prepared(conn, sql, [bound[n] for n in order])
     if not rows:
         return KeyedWalk(None, [], [], False)
     first = rows[0]  # the key's scopes and the seeds come with the first row only
