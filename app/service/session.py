@@ -40,6 +40,7 @@ T = TypeVar("T")
 # (dropped while serving, or a DATABASE_URL naming none: not a 500): 3D, 28
 _UNAVAILABLE_CLASSES = ("08", "53", "57P", "3D", "28")
 _UNDEFINED_TABLE = "42P01"  # the schema is missing: nobody ran the migrations on this database
+_UNDEFINED_COLUMN = "42703"  # a column is missing: the database is at an older migration
 SCHEMA_BEHIND = "The database schema is not at the newest migration (run `sibyl-pg migrate`)"
 _RETRYABLE = ("40001", "40P01")  # serialization failure, deadlock detected: run it again
 WRITE_ATTEMPTS = 3
@@ -48,9 +49,15 @@ LOCK_WAIT_TOO_LONG = "Another write held this memory longer than the write waits
 
 
 def schema_missing(error: BaseException) -> bool:
-    """True when ``error`` is PostgreSQL saying a table does not exist: a database the service
-    was started on before ``sibyl-pg migrate`` ran (every statement names a table of the schema)."""
-    return isinstance(error, sa_exc.DBAPIError) and sqlstate(error) == _UNDEFINED_TABLE
+    """True when ``error`` is PostgreSQL saying a table or a column does not exist: a database
+    the service was started on before ``sibyl-pg migrate`` ran (every statement names a table of
+    the schema), or one at an older migration than the service's (a column a later one adds).
+    Either is a 503 that says to migrate, never a 500: the service's own statements name only
+    what its migrations create (a breaker's trial renamed a column under a running server)."""
+    return isinstance(error, sa_exc.DBAPIError) and sqlstate(error) in (
+        _UNDEFINED_TABLE,
+        _UNDEFINED_COLUMN,
+    )
 
 
 def as_unavailable(error: BaseException) -> Unavailable | None:
