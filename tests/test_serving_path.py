@@ -220,14 +220,14 @@ async def test_the_bench_load_client_reads_sized_and_chunked_answers_over_one_co
 
 async def test_expand_has_a_pool_of_its_own_sized_by_its_setting(database_url: str) -> None:
     """REST and MCP expand run on a pool of ``expand_pool_size`` connections (default: this
-    host's cores + 1, at most ``pool_size``): the walks in flight at once."""
+    cores this process may run on + 1, at most ``pool_size``): the walks in flight at once."""
     import os
 
     from app.core.settings import get_settings
 
     cases: list[tuple[dict[str, Any], int]] = [
         ({"pool_size": 10, "expand_pool_size": 2}, 2),
-        ({"pool_size": 10, "expand_pool_size": None}, min(10, (os.cpu_count() or 1) + 1)),
+        ({"pool_size": 10, "expand_pool_size": None}, min(10, len(os.sched_getaffinity(0)) + 1)),
         ({"pool_size": 1, "expand_pool_size": None}, 1),
     ]
     for update, size in cases:
@@ -239,3 +239,21 @@ async def test_expand_has_a_pool_of_its_own_sized_by_its_setting(database_url: s
             assert own.pool.size() == update["pool_size"]  # type: ignore[attr-defined]
         finally:
             await own.dispose()
+
+
+def test_the_expand_pool_counts_the_cores_this_process_may_run_on() -> None:
+    """Pinned to one core (``taskset``, a container's ``--cpuset-cpus``), the default expand
+    pool is 2 connections, whatever the host's count."""
+    import os
+
+    from app.core.db import statement_pool_size
+    from app.core.settings import get_settings
+
+    settings = get_settings().model_copy(update={"pool_size": 10, "expand_pool_size": None})
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        assert statement_pool_size(settings) == 2
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert statement_pool_size(settings) == min(10, len(allowed) + 1)

@@ -144,7 +144,7 @@ def statement_timeout_of(engine: AsyncEngine) -> int | None:
 
 def statement_pool_size(settings: Settings) -> int:
     """Connections of the one-statement pool (:func:`statement_engine`): ``expand_pool_size``,
-    else the smaller of ``pool_size`` and this host's cores + 1.
+    else the smaller of ``pool_size`` and :func:`usable_cores` + 1.
 
     Its statement (the walk) is CPU-bound at the database once its pages are cached: more of
     them in flight than the database has cores only adds context switches and cache misses to
@@ -155,7 +155,17 @@ def statement_pool_size(settings: Settings) -> int:
     database's cores + 1 when it has more."""
     if settings.expand_pool_size is not None:
         return settings.expand_pool_size
-    return min(settings.pool_size, (os.cpu_count() or 1) + 1)
+    return min(settings.pool_size, usable_cores() + 1)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it, as
+    ``taskset`` or a container's ``--cpuset-cpus`` set it; else the host's). A CPU quota
+    (``--cpus``) is not seen: set ``SIBYL_EXPAND_POOL_SIZE`` under one."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return max(1, len(affinity(0)))
+    return os.cpu_count() or 1
 
 
 def statement_engine(engine: AsyncEngine) -> AsyncEngine:
