@@ -148,8 +148,7 @@ def statement_pool_size(settings: Settings) -> int:
 
     Its statement (the walk) is CPU-bound at the database once its pages are cached: more of
     them in flight than the database has cores only adds context switches and cache misses to
-    each (200k benchmark, 16 clients on 2 cores: 589-590 req/s with 3 connections, 526-543 with
-    10; docs/benchmark.md, session 24), and a request past them waits for a connection, up to
+    each (docs/benchmark.md), and a request past them waits for a connection, up to
     ``pool_timeout_s``. The default assumes the database runs on a host like this one (the
     embedded server, or a server beside the service); set ``SIBYL_EXPAND_POOL_SIZE`` to the
     database's cores + 1 when it has more."""
@@ -231,10 +230,10 @@ async def fetch_prepared(
     indexed by position.
 
     It runs on the driver connection under ``conn`` as a prepared statement of its own
-    (prepared once per pooled connection, then only bound and executed):
-    ``exec_driver_sql`` spends about 0.2 ms of Python a call on what this statement does not
-    use (a result object, its column metadata, a row object per row, a greenlet switch), a
-    third of the server's CPU per REST expand (docs/benchmark.md, session 24). Failures are
+    (prepared once per pooled connection, then only bound and executed), without what
+    ``exec_driver_sql`` builds and this statement does not use (a result object, its column
+    metadata, a row object per row, a greenlet switch: about 0.2 ms of Python a call,
+    docs/benchmark.md). Failures are
     still SQLAlchemy's: the driver's error goes through the dialect's translation and the
     connection's own handling (:func:`_as_sqlalchemy`), so a dead connection is invalidated
     with its pool and raised ``connection_invalidated``, and the fault mapping of
@@ -251,19 +250,11 @@ async def fetch_prepared(
     driver: asyncpg.Connection = raw.driver_connection
     statements = _PREPARED.setdefault(driver, {})
     try:
-        for attempt in (1, 2):
-            prepared = statements.get(sql)
-            if prepared is None:
-                statement = await driver.prepare(sql)
-                names = tuple(a.name for a in statement.get_attributes())
-                prepared = statements[sql] = (statement, names)
-            try:
-                return prepared[1], await prepared[0].fetch(*args)
-            except asyncpg.InvalidCachedStatementError:
-                statements.pop(sql, None)
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            return await _run_prepared(driver, statements, sql, args)
+        except asyncpg.InvalidCachedStatementError:  # a schema change altered its result type
+            statements.pop(sql, None)
+            return await _run_prepared(driver, statements, sql, args)
     except Exception as error:
         await conn.run_sync(_as_sqlalchemy, raw.dbapi_connection, error, sql, args)
         raise  # pragma: no cover  (_as_sqlalchemy always raises)
@@ -274,6 +265,22 @@ async def fetch_prepared(
         raise
 
 
+async def _run_prepared(
+    driver: asyncpg.Connection,
+    statements: dict[str, tuple[PreparedStatement, tuple[str, ...]]],
+    sql: str,
+    args: Sequence[object],
+) -> tuple[tuple[str, ...], list[asyncpg.Record]]:
+    """The column names and rows of ``sql`` on ``driver``, prepared there first unless
+    ``statements`` (its prepared statements) holds it."""
+    prepared = statements.get(sql)
+    if prepared is None:
+        statement = await driver.prepare(sql)
+        names = tuple(a.name for a in statement.get_attributes())
+        prepared = statements[sql] = (statement, names)
+    return prepared[1], await prepared[0].fetch(*args)
+
+
 def _as_sqlalchemy(
     sync_conn: Connection, adapted: Any, error: Exception, sql: str, args: Sequence[object]
 ) -> None:
@@ -281,8 +288,8 @@ def _as_sqlalchemy(
     the dialect translates the driver's error into its DB-API one (``_handle_exception`` of
     the asyncpg adapter), and the connection wraps that (``DBAPIError`` and its subclasses)
     and, for a disconnect, invalidates itself and its pool (``_handle_dbapi_exception``).
-    Both are private to SQLAlchemy (pinned in constraints.txt; tests/test_db_faults.py and
-    tests/test_fastpath.py hold the outcome)."""
+    Both are private to SQLAlchemy (its version is pinned in constraints.txt;
+    tests/test_fetch_prepared.py compares each outcome with ``exec_driver_sql``'s)."""
     try:
         adapted._handle_exception(error)
     except sync_conn.dialect.loaded_dbapi.Error as translated:

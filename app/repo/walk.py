@@ -186,8 +186,6 @@ _DEEPER = SCORE.format(weight="CAST(:max_weight AS float8)", distance="lvl.dista
 """SQL: the best score any node at the next level's next distance could have."""
 
 
-# The walk's CTEs (walk, nodes, top, flags) and its answer (the rows of `top` with what the
-# response shows of each), shared by WALK_SQL and KEYED_WALK_SQL.
 _PASSAGE_ARMS = rf""" UNION ALL (  -- passage to its parent: f -PART_OF|DERIVED_FROM-> t (always)
               SELECT t.id, {PASSAGE_REL}, 0,
                      {WEIGHT.format(rel=PASSAGE_REL)}, t.type,
@@ -218,9 +216,10 @@ step 1's arms. Only a walk from a passage seed or whose ``relationship_types`` n
 (:func:`keyed_walk`), a smaller plan to start and no arm to rescan per node."""
 
 
-def _walk_ctes(passage_arms: str) -> str:
-    """SQL: the walk's CTEs (walk, nodes, top, flags) with ``passage_arms`` (:data:`_PASSAGE_ARMS`
-    or nothing) as the last hop arms."""
+def _walk_ctes(passages: bool) -> str:
+    """SQL: the walk's CTEs (walk, nodes, top, flags); with ``passages``, :data:`_PASSAGE_ARMS`
+    as the last hop arms (without: a walk that cannot enter a passage)."""
+    passage_arms = _PASSAGE_ARMS if passages else ""
     return rf"""walk(distance, ids, relationships, dir_ranks, weights, preds, types, visited,
                     held, cut_score, cut_distance, cut_id, done,
                     org_id, user_id, readable_projects, k_projects, hop_cap) AS (
@@ -512,7 +511,7 @@ flags AS (
 )"""
 
 
-WALK_CTES = _walk_ctes(_PASSAGE_ARMS)
+WALK_CTES = _walk_ctes(passages=True)
 """The walk's CTEs (walk, nodes, top, flags), shared by WALK_SQL and KEYED_WALK_SQL."""
 
 
@@ -622,7 +621,7 @@ FROM flags f
 def _keyed_walk_sql(passages: bool) -> str:
     """SQL: the keyed walk (see above), with the passage arms (:data:`_PASSAGE_ARMS`) and the
     answer's passage columns, or, for a walk that cannot enter a passage, without them."""
-    ctes = _walk_ctes(_PASSAGE_ARMS if passages else "")
+    ctes = _walk_ctes(passages)
     shape = (
         ""
         if passages
