@@ -219,7 +219,7 @@ async def test_the_bench_load_client_reads_sized_and_chunked_answers_over_one_co
 
 
 async def test_expand_has_a_pool_of_its_own_sized_by_its_setting(database_url: str) -> None:
-    """REST and MCP expand run on a pool of ``expand_pool_size`` connections (default: this
+    """REST and MCP expand run on a pool of ``expand_pool_size`` connections (default: the
     cores this process may run on + 1, at most ``pool_size``): the walks in flight at once."""
     import os
 

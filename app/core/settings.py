@@ -149,7 +149,7 @@ class Settings(BaseSettings):
     # connections of the service's pool; REST expand's own one-statement pool
     # (app.core.db.statement_engine) holds up to expand_pool_size more
     pool_size: int = Field(default=10, ge=1, le=200)
-    # REST and MCP expand's one-statement pool; None: min(pool_size, cores + 1)
+    # REST and MCP expand's one-statement pool; None: min(pool_size, usable cores + 1)
     # (app.core.db.statement_pool_size)
     expand_pool_size: int | None = Field(default=None, ge=1, le=200)
     pool_timeout_s: float = Field(default=5.0, gt=0, le=300)

@@ -53,7 +53,7 @@ def schema_missing(error: BaseException) -> bool:
     the service was started on before ``sibyl-pg migrate`` ran (every statement names a table of
     the schema), or one at an older migration than the service's (a column a later one adds).
     Either is a 503 that says to migrate, never a 500: the service's own statements name only
-    what its migrations create (a breaker's trial renamed a column under a running server)."""
+    what its migrations create."""
     return isinstance(error, sa_exc.DBAPIError) and sqlstate(error) in (
         _UNDEFINED_TABLE,
         _UNDEFINED_COLUMN,
